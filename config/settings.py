@@ -1,0 +1,166 @@
+"""Settings of the catalog monolith, read once from the environment (django-environ).
+
+Every value an operator can set is listed in `.env.example`. A malformed value stops the process at
+start-up with `ImproperlyConfigured` naming the variable (`manage.py` turns that into one line and exit 2).
+"""
+
+from pathlib import Path
+
+import environ
+from django.core.exceptions import ImproperlyConfigured
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+env = environ.Env()
+environ.Env.read_env(BASE_DIR / ".env")
+
+POSTGRES_SCHEMES = ("postgres", "postgresql", "pgsql", "psql")
+
+
+def env_int(name: str, default: int) -> int:
+    raw = env.str(name, default=str(default)).strip()
+    try:
+        return int(raw)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name} must be a whole number, got {raw!r}") from None
+
+
+def env_float(name: str, default: float) -> float:
+    raw = env.str(name, default=str(default)).strip()
+    try:
+        return float(raw)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name} must be a number, got {raw!r}") from None
+
+
+def env_bool(name: str, default: bool) -> bool:
+    raw = env.str(name, default="true" if default else "false").strip().lower()
+    if raw in ("1", "true", "yes", "on"):
+        return True
+    if raw in ("0", "false", "no", "off", ""):
+        return False
+    raise ImproperlyConfigured(f"{name} must be true or false, got {raw!r}")
+
+
+def database_from_url(name: str, default: str) -> dict:
+    url = env.str(name, default=default)
+    scheme = url.split("://", 1)[0] if "://" in url else ""
+    if scheme not in POSTGRES_SCHEMES:
+        raise ImproperlyConfigured(
+            f"{name} must be a PostgreSQL URL like postgres://user@host:5432/dbname, got {url!r}"
+        )
+    try:
+        config = environ.Env.db_url_config(url)
+    except ValueError as error:
+        raise ImproperlyConfigured(f"{name} is malformed ({error}): {url!r}") from None
+    if not config.get("NAME"):
+        raise ImproperlyConfigured(f"{name} names no database: {url!r}")
+    return config
+
+
+APP_ENV = env.str("APP_ENV", default="development")
+if APP_ENV not in ("development", "production"):
+    raise ImproperlyConfigured(f"APP_ENV must be development or production, got {APP_ENV!r}")
+PRODUCTION = APP_ENV == "production"
+
+DEBUG = env_bool("DJANGO_DEBUG", False)
+if PRODUCTION:
+    SECRET_KEY = env.str("DJANGO_SECRET_KEY", default="")
+    if len(SECRET_KEY) < 50:
+        raise ImproperlyConfigured(
+            "DJANGO_SECRET_KEY must be set to a random string of at least 50 characters in production"
+        )
+else:
+    SECRET_KEY = env.str("DJANGO_SECRET_KEY", default="development-only-key-never-use-in-production")
+ALLOWED_HOSTS = env.list("DJANGO_ALLOWED_HOSTS", default=[] if PRODUCTION else ["localhost", "127.0.0.1"])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django_prometheus",
+    "catalog",
+    "retention",
+]
+
+MIDDLEWARE = [
+    "django_prometheus.middleware.PrometheusBeforeMiddleware",
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_prometheus.middleware.PrometheusAfterMiddleware",
+]
+
+ROOT_URLCONF = "config.urls"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+WSGI_APPLICATION = "config.wsgi.application"
+
+DATABASES = {
+    "default": database_from_url("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/catalog"),
+}
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = BASE_DIR / "staticfiles"
+
+if PRODUCTION:
+    SECURE_SSL_REDIRECT = env_bool("DJANGO_SECURE_SSL_REDIRECT", True)
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
+    SECURE_HSTS_SECONDS = env_int("DJANGO_SECURE_HSTS_SECONDS", 31536000)
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = True
+    SECURE_HSTS_PRELOAD = True
+
+# The retention job (purge_delisted). Ranges are checked by the job and by `manage.py check`.
+DELISTED_RETENTION_PERIOD_DAYS = env_int("DELISTED_RETENTION_PERIOD_DAYS", 30)
+DELISTED_RETENTION_BATCH_SIZE = env_int("DELISTED_RETENTION_BATCH_SIZE", 2000)
+DELISTED_RETENTION_MAX_BATCHES_PER_RUN = env_int("DELISTED_RETENTION_MAX_BATCHES_PER_RUN", 100)
+DELISTED_RETENTION_MAX_RUN_DURATION_SECONDS = env_int("DELISTED_RETENTION_MAX_RUN_DURATION_SECONDS", 1200)
+DELISTED_RETENTION_LOCK_DATABASE = env.str("DELISTED_RETENTION_LOCK_DATABASE", default="default")
+
+LOG_LEVEL = env.str("LOG_LEVEL", default="INFO").upper()
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {
+        "text": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
+    },
+    "handlers": {
+        # stderr: a command's result owns stdout.
+        "stderr": {"class": "logging.StreamHandler", "formatter": "text", "stream": "ext://sys.stderr"},
+    },
+    "root": {"handlers": ["stderr"], "level": "WARNING"},
+    "loggers": {
+        "catalog": {"level": LOG_LEVEL},
+        "retention": {"level": LOG_LEVEL},
+    },
+}
