@@ -7,11 +7,25 @@ DB_URL = $(shell $(PY) scripts/database_url.py)
 DEMO_PROJECTS ?= 400
 DEMO_OBJECTS_PER_PROJECT ?= 50
 
+# `make bench` sizes (docs/benchmarks.md): property objects of the small and the large catalog, the two backlogs
+# of the memory runs (the larger one also feeds the throughput and live-traffic runs), runs per measurement,
+# batch pauses tried under live traffic (the first is the target's) and rounds per pause.
+BENCH_SMALL_CARDS ?= 100000
+BENCH_LARGE_CARDS ?= 2000000
+BENCH_BACKLOGS ?= 20000 200000
+BENCH_REPEATS ?= 3
+BENCH_PAUSES_MS ?= 0 200
+BENCH_LIVE_ROUNDS ?= 3
+
 .PHONY: demo test migrate bench
 
 $(VENV)/.installed: requirements.txt
 	python3 -m venv $(VENV)
 	$(VENV)/bin/pip install -q --disable-pip-version-check -r requirements.txt
+	touch $@
+
+$(VENV)/.bench-installed: requirements-bench.txt $(VENV)/.installed
+	$(VENV)/bin/pip install -q --disable-pip-version-check -r requirements-bench.txt
 	touch $@
 
 migrate: $(VENV)/.installed
@@ -26,3 +40,8 @@ demo: $(VENV)/.installed
 
 test: $(VENV)/.installed
 	DATABASE_URL="$(DB_URL)" $(PY) -m pytest $(PYTEST_ARGS)
+
+bench: $(VENV)/.bench-installed
+	$(PY) -m bench.run --database-url "$(DB_URL)" --small-cards $(BENCH_SMALL_CARDS) \
+		--large-cards $(BENCH_LARGE_CARDS) --backlogs $(BENCH_BACKLOGS) --repeats $(BENCH_REPEATS) \
+		--pauses-ms $(BENCH_PAUSES_MS) --live-rounds $(BENCH_LIVE_ROUNDS)
