@@ -9,13 +9,13 @@ DEMO_OBJECTS_PER_PROJECT ?= 50
 
 # `make bench` sizes (docs/benchmarks.md): property objects of the small and the large catalog, the two backlogs
 # of the memory runs (the larger one also feeds the throughput and live-traffic runs), runs per measurement,
-# batch pauses tried under live traffic (the first is the target's) and rounds per pause.
+# batch pauses tried under live traffic (the first is the target's) and rounds per purge under live traffic.
 BENCH_SMALL_CARDS ?= 100000
 BENCH_LARGE_CARDS ?= 2000000
 BENCH_BACKLOGS ?= 20000 200000
 BENCH_REPEATS ?= 3
 BENCH_PAUSES_MS ?= 0 200
-BENCH_LIVE_ROUNDS ?= 3
+BENCH_LIVE_ROUNDS ?= 4
 
 .PHONY: demo test migrate bench
 
