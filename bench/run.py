@@ -546,7 +546,9 @@ FINDINGS = """## What the benchmark changed in the job (2026-12-02)
   own work (full-page images in the WAL, dirty buffers written out by the backend): the floor, with no Python in
   the loop, moves the read p99 as much as the job does (on a quiet host, 6 rounds each: ×1.24 and ×1.18). One
   round's p99 also moves with whatever else the shared host runs (one early run measured ×1.92 where quiet rounds
-  give 1.1–1.3), hence rounds and their median. `--batch-pause-ms` is the lever for what remains.
+  give 1.1–1.3), hence rounds and their median. With the job already at the floor's footprint, a batch pause buys
+  little at the reads' p99 on this host; it lowers the upserts' p99 (their commits wait for WAL flushes behind the
+  purge's) and stretches the run (see the table).
 * **Scaling.** Comparing the small catalog's backlog with the same *count* in a 2M-card catalog gave 1.65–1.88:
   those rows sit on 20 times as many heap pages (the "same count, spread thin" row), so each batch touches about
   one page per row, mostly outside shared_buffers, each page with a full-page image after a checkpoint. That is a
@@ -578,7 +580,7 @@ def render_report(results: Results, targets: list[Target], *, args, chart_name: 
         "BENCH_LIVE_ROUNDS",
         "```",
         "",
-        "Data: `manage.py seed_demo_data` (50 property objects per project, seed 5) into template databases; a "
+        "Data: `manage.py seed_demo_data` (50 property objects per project, seeds 5 and 6) into template databases; a "
         "template's backlog is then trimmed to an exact size by moving the Delisted cards past the N oldest overdue "
         "ones into the restore window, order and the INV-5 cascade's shared moments kept; `VACUUM ANALYZE`. Every "
         "run gets a fresh `CREATE DATABASE ... TEMPLATE` copy. Per-batch latency comes from the service's own hooks "
