@@ -30,7 +30,7 @@ HELD_TITLE = "hold this batch"
 T = TypeVar("T")
 
 
-def test_database_url(*, user: str = "postgres") -> str:
+def url_of_test_database(*, user: str = "postgres") -> str:
     settings = connection.settings_dict
     return f"postgres://{quote(user)}@{settings['HOST']}:{settings['PORT']}/{settings['NAME']}"
 
@@ -38,7 +38,7 @@ def test_database_url(*, user: str = "postgres") -> str:
 def job_environment(**overrides: str) -> dict[str, str]:
     environment = {
         **os.environ,
-        "DATABASE_URL": test_database_url(),
+        "DATABASE_URL": url_of_test_database(),
         "PGAPPNAME": JOB_APPLICATION_NAME,
         "LOG_LEVEL": "INFO",
     }
