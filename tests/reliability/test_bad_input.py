@@ -42,7 +42,8 @@ OTHER_BAD_SETTINGS = [
 
 def out_of_range_values(name: str) -> dict:
     # A zero pause is valid: no pause between batches.
-    return {kind: value for kind, value in OUT_OF_RANGE_NUMBERS.items() if not (name.endswith("PAUSE_MS") and value == 0)}
+    pause = name.endswith("PAUSE_MS")
+    return {kind: value for kind, value in OUT_OF_RANGE_NUMBERS.items() if not (pause and value == 0)}
 
 
 def assert_rejected_in_one_line(run: subprocess.CompletedProcess, *, naming: str) -> None:
@@ -98,7 +99,9 @@ def test_an_unknown_or_abbreviated_option_is_rejected_in_one_line(overdue_catalo
 
 
 @pytest.mark.parametrize("setting", NUMERIC_SETTINGS)
-def test_an_out_of_range_setting_is_rejected_in_one_line_naming_it(overdue_catalog, capsys, settings, subtests, setting):
+def test_an_out_of_range_setting_is_rejected_in_one_line_naming_it(
+    overdue_catalog, capsys, settings, subtests, setting
+):
     for kind, value in out_of_range_values(setting).items():
         with subtests.test(kind, value=value):
             setattr(settings, setting, value)

@@ -35,8 +35,12 @@ def overdue_project_with_objects() -> None:
 
 
 COMPETING_LOCKS = {
-    "access exclusive on the object overrides": "LOCK TABLE catalog.property_object_display_overrides IN ACCESS EXCLUSIVE MODE",
-    "access exclusive on the building overrides": "LOCK TABLE catalog.building_display_overrides IN ACCESS EXCLUSIVE MODE",
+    "access exclusive on the object overrides": (
+        "LOCK TABLE catalog.property_object_display_overrides IN ACCESS EXCLUSIVE MODE"
+    ),
+    "access exclusive on the building overrides": (
+        "LOCK TABLE catalog.building_display_overrides IN ACCESS EXCLUSIVE MODE"
+    ),
     "an admin's row lock on one override": (
         "SELECT 1 FROM catalog.property_object_display_overrides ORDER BY id LIMIT 1 FOR UPDATE"
     ),

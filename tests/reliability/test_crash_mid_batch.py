@@ -30,7 +30,8 @@ def overdue_objects_with_overrides(count: int, *, held_position: int) -> list[Pr
     project = ProjectCardFactory()
     objects = [
         PropertyObjectCardFactory(
-            long_delisted=True, project_id=project.id, title=HELD_TITLE if position == held_position else f"flat {position}"
+            long_delisted=True, project_id=project.id,
+            title=HELD_TITLE if position == held_position else f"flat {position}",
         )
         for position in range(count)
     ]
