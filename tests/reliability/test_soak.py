@@ -24,7 +24,7 @@ from django.db import connection, transaction
 
 from catalog import operations
 from catalog.models import CardStatus, DeveloperRankingRule
-from retention.service import StopReason, purge_delisted_cards
+from retention.service import purge_delisted_cards
 from tests.factories import (
     BuildingDisplayOverrideFactory,
     DeveloperRankingRuleFactory,
@@ -216,7 +216,6 @@ def test_soak_under_concurrent_source_events_deletes_only_overdue_delisted_cards
     assert not any(thread.is_alive() for thread in threads), "a soak thread did not finish"
 
     assert errors == []
-    assert all(result.stop_reason in (StopReason.COMPLETED, StopReason.LOCK_BUSY) for result in purge_results)
     deletions = query(
         "SELECT kind, card_id, status, updated_at, deleted_at, project_existed FROM soak_record.deletions"
     )
