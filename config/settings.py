@@ -71,7 +71,7 @@ if PRODUCTION:
             "DJANGO_SECRET_KEY must be set to a random string of at least 50 characters in production"
         )
 else:
-    SECRET_KEY = env.str("DJANGO_SECRET_KEY", default="development-only-key-never-use-in-production")
+    SECRET_KEY = env.str("DJANGO_SECRET_KEY", default="") or "development-only-key-never-use-in-production"
 ALLOWED_HOSTS = env.list("DJANGO_ALLOWED_HOSTS", default=[] if PRODUCTION else ["localhost", "127.0.0.1"])
 
 INSTALLED_APPS = [

@@ -292,16 +292,16 @@ def run_phases(
     batches = 0
     stop_reason = StopReason.COMPLETED
     remaining_phases = list(PHASES)
-    while remaining_phases and stop_reason == StopReason.COMPLETED:
+    while remaining_phases:
         phase = remaining_phases[0]
+        if batches and batch_pause:
+            time.sleep(batch_pause.total_seconds())  # before the checks: a stop asked meanwhile is honoured
         stop_reason = reason_to_stop(
             should_stop=should_stop, batches=batches, max_batches=max_batches,
             elapsed=time.monotonic() - started, max_duration=max_duration,
         )
         if stop_reason != StopReason.COMPLETED:
             break
-        if batches and batch_pause:
-            time.sleep(batch_pause.total_seconds())
         outcome = delete_batch(
             phase, cutoff=cutoff, batch_size=batch_size, batch_index=batches, timeouts=timeouts, log=log, using=using
         )

@@ -1,4 +1,64 @@
+import os
+import subprocess
+import sys
+from datetime import timedelta
+from pathlib import Path
+
 import pytest
+from django.db import connection
+
+from retention.service import purge_delisted_cards
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+
+DEFAULT_LIMITS = {
+    "retention": timedelta(days=30),
+    "batch_size": 2000,
+    "max_batches": 100,
+    "max_duration": timedelta(minutes=20),
+}
+
+
+def purge(**overrides):
+    """The service with the production defaults, overridden per test."""
+    return purge_delisted_cards(**(DEFAULT_LIMITS | overrides))
+
+
+def database_url_of_tests() -> str:
+    db = connection.settings_dict
+    return f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
+
+
+def manage_command(*args: str) -> list[str]:
+    return [sys.executable, str(PROJECT_ROOT / "manage.py"), *args]
+
+
+def manage_env(**extra: str) -> dict[str, str]:
+    """The environment of a manage.py subprocess talking to the test database."""
+    return os.environ | {"DATABASE_URL": database_url_of_tests(), "PYTHONUNBUFFERED": "1"} | extra
+
+
+def run_manage(*args: str, timeout: float = 60, **extra_env: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        manage_command(*args), env=manage_env(**extra_env), capture_output=True, text=True, timeout=timeout,
+        cwd=PROJECT_ROOT,
+    )
+
+
+CATALOG_TABLES = (
+    "catalog.project_cards, catalog.property_object_cards, catalog.property_object_display_overrides, "
+    "catalog.building_display_overrides, catalog.ranking_rules"
+)
+
+
+@pytest.fixture(autouse=True)
+def empty_catalog_after_transactional_tests(request, django_db_blocker):
+    """Django's flush after a transaction=True test skips unmanaged tables: empty them ourselves."""
+    yield
+    marker = request.node.get_closest_marker("django_db")
+    if marker and marker.kwargs.get("transaction"):
+        with django_db_blocker.unblock(), connection.cursor() as cursor:
+            cursor.execute(f"TRUNCATE {CATALOG_TABLES}")
 
 
 @pytest.fixture

@@ -1,0 +1,25 @@
+"""Bad settings stop the process with one clear line and exit 2, not a traceback."""
+
+import pytest
+
+from tests.conftest import run_manage
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "message"),
+    [
+        ("DATABASE_URL", "not a url", "DATABASE_URL must be a PostgreSQL URL"),
+        ("DATABASE_URL", "mysql://root@localhost/catalog", "DATABASE_URL must be a PostgreSQL URL"),
+        ("DATABASE_URL", "postgres://postgres@127.0.0.1:notaport/catalog", "DATABASE_URL is malformed"),
+        ("DATABASE_URL", "postgres://postgres@127.0.0.1:5432", "DATABASE_URL names no database"),
+        ("DELISTED_RETENTION_BATCH_SIZE", "lots", "DELISTED_RETENTION_BATCH_SIZE must be a whole number"),
+        ("DJANGO_DEBUG", "maybe", "DJANGO_DEBUG must be true or false"),
+    ],
+)
+def test_malformed_setting_is_one_line_and_exit_2(variable, value, message):
+    result = run_manage("check", **{variable: value})
+
+    assert result.returncode == 2
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("configuration error: ") and message in line
+    assert "Traceback" not in result.stderr
