@@ -5,23 +5,19 @@ Everything here talks to the real test database. A job subprocess gets `DATABASE
 `PGAPPNAME` (read by libpq), so a test can find the job's backend in `pg_stat_activity` and `pg_locks`.
 """
 
-import os
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TypeVar
-from urllib.parse import quote
 
 from django.db import connection
 
 from retention.locks import advisory_lock_key
 from retention.service import LOCK_NAME
+from tests.conftest import PROJECT_ROOT, advisory_lock_holders, manage_command, manage_env
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 JOB_APPLICATION_NAME = "purge-delisted-under-test"
 # A bound for anything a test waits for, so that a broken guarantee fails the test instead of hanging it.
 WAIT_SECONDS = 30
@@ -30,40 +26,21 @@ HELD_TITLE = "hold this batch"
 T = TypeVar("T")
 
 
-def url_of_test_database(*, user: str = "postgres") -> str:
-    settings = connection.settings_dict
-    return f"postgres://{quote(user)}@{settings['HOST']}:{settings['PORT']}/{settings['NAME']}"
-
-
 def job_environment(**overrides: str) -> dict[str, str]:
-    environment = {
-        **os.environ,
-        "DATABASE_URL": url_of_test_database(),
-        "PGAPPNAME": JOB_APPLICATION_NAME,
-        "LOG_LEVEL": "INFO",
-    }
-    environment.update(overrides)
-    return environment
+    # The tests read the job's INFO lines (run_id), whatever LOG_LEVEL the caller's environment sets.
+    return manage_env(**{"PGAPPNAME": JOB_APPLICATION_NAME, "LOG_LEVEL": "INFO", **overrides})
 
 
-def manage_py(*arguments: str) -> list[str]:
-    return [sys.executable, str(REPO_ROOT / "manage.py"), *arguments]
-
-
-def run_manage_py(*arguments: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+def run_purge(*options: str, **environment: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        manage_py(*arguments), cwd=REPO_ROOT, env=env or job_environment(), capture_output=True, text=True,
-        timeout=WAIT_SECONDS,
+        manage_command("purge_delisted", *options), cwd=PROJECT_ROOT, env=job_environment(**environment),
+        capture_output=True, text=True, timeout=WAIT_SECONDS,
     )
 
 
-def run_purge(*options: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    return run_manage_py("purge_delisted", *options, env=env)
-
-
-def start_purge(*options: str, env: dict[str, str] | None = None) -> subprocess.Popen:
+def start_purge(*options: str, **environment: str) -> subprocess.Popen:
     return subprocess.Popen(
-        manage_py("purge_delisted", *options), cwd=REPO_ROOT, env=env or job_environment(),
+        manage_command("purge_delisted", *options), cwd=PROJECT_ROOT, env=job_environment(**environment),
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
 
@@ -98,20 +75,7 @@ def job_backend_pids() -> list[int]:
 
 
 def job_lock_holders() -> list[int]:
-    """Backends holding the job's advisory lock: a bigint key shows in pg_locks as classid (high 32 bits),
-    objid (low 32 bits) and objsubid 1."""
-    key = advisory_lock_key(LOCK_NAME) & 0xFFFF_FFFF_FFFF_FFFF
-    return [
-        pid for (pid,) in query(
-            """
-            SELECT pid FROM pg_locks
-             WHERE locktype = 'advisory' AND granted AND objsubid = 1
-               AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
-               AND classid::bigint = %s AND objid::bigint = %s
-            """,
-            [key >> 32, key & 0xFFFF_FFFF],
-        )
-    ]
+    return advisory_lock_holders(advisory_lock_key(LOCK_NAME))
 
 
 class HeldBatch:
@@ -200,10 +164,3 @@ class CatalogState:
         assert self.building_overrides == {
             (override, owner) for override, owner in before.building_overrides if owner in self.projects
         }
-
-
-def empty_catalog() -> None:
-    execute(
-        "TRUNCATE catalog.property_object_display_overrides, catalog.building_display_overrides, "
-        "catalog.property_object_cards, catalog.project_cards, catalog.ranking_rules"
-    )

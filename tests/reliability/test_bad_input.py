@@ -10,8 +10,12 @@ import subprocess
 import pytest
 
 from retention.management.commands.purge_delisted import Command
+from tests.conftest import PROJECT_ROOT, manage_command
 from tests.factories import ProjectCardFactory, PropertyObjectCardFactory
-from tests.reliability.support import REPO_ROOT, WAIT_SECONDS, CatalogState, job_environment, manage_py
+from tests.reliability.support import WAIT_SECONDS, CatalogState, job_environment
+
+# The job runs in this process and in others: its rows must be committed.
+pytestmark = pytest.mark.django_db(transaction=True)
 
 OUT_OF_RANGE_NUMBERS = {"zero": 0, "negative": -5, "huge": 10**30}
 NOT_WHOLE_NUMBERS = {"malformed": "12abc", "non-numeric": "ten", "empty": "", "fractional": "1.5"}
@@ -65,7 +69,7 @@ def run_in_process(capsys, *options: str) -> subprocess.CompletedProcess:
 def run_side_by_side(environments: list[dict[str, str]]) -> list[subprocess.CompletedProcess]:
     jobs = [
         subprocess.Popen(
-            manage_py("purge_delisted"), cwd=REPO_ROOT, env=environment,
+            manage_command("purge_delisted"), cwd=PROJECT_ROOT, env=environment,
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )
         for environment in environments
@@ -78,7 +82,7 @@ def run_side_by_side(environments: list[dict[str, str]]) -> list[subprocess.Comp
 
 
 @pytest.fixture
-def overdue_catalog(committed_catalog):
+def overdue_catalog():
     project = ProjectCardFactory(long_delisted=True)
     PropertyObjectCardFactory.create_batch(2, long_delisted=True, project_id=project.id)
     before = CatalogState.read()

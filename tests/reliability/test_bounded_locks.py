@@ -19,11 +19,10 @@ from tests.reliability.support import (
     CatalogState,
     execute,
     held_batch,
-    job_environment,
     run_purge,
 )
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 
 def overdue_project_with_objects() -> None:
@@ -49,14 +48,14 @@ COMPETING_LOCKS = {
 
 @pytest.mark.parametrize("competing_lock", COMPETING_LOCKS.values(), ids=COMPETING_LOCKS.keys())
 def test_a_batch_blocked_by_another_transaction_gives_up_at_lock_timeout_and_rolls_back(
-    committed_catalog, competing_lock
+    competing_lock
 ):
     overdue_project_with_objects()
     before = CatalogState.read()
 
     with transaction.atomic():
         execute(competing_lock)
-        job = run_purge("--batch-size", "10", env=job_environment(DELISTED_RETENTION_LOCK_TIMEOUT_MS="200"))
+        job = run_purge("--batch-size", "10", DELISTED_RETENTION_LOCK_TIMEOUT_MS="200")
 
     assert job.returncode == 1, job.stderr
     assert "canceling statement due to lock timeout" in job.stderr
@@ -66,12 +65,12 @@ def test_a_batch_blocked_by_another_transaction_gives_up_at_lock_timeout_and_rol
     assert CatalogState.read().projects == frozenset()
 
 
-def test_a_batch_whose_statement_hangs_gives_up_at_statement_timeout_and_rolls_back(committed_catalog):
+def test_a_batch_whose_statement_hangs_gives_up_at_statement_timeout_and_rolls_back():
     overdue_project_with_objects()
     before = CatalogState.read()
 
     with held_batch():  # the gate is never opened
-        job = run_purge("--batch-size", "10", env=job_environment(DELISTED_RETENTION_STATEMENT_TIMEOUT_MS="300"))
+        job = run_purge("--batch-size", "10", DELISTED_RETENTION_STATEMENT_TIMEOUT_MS="300")
 
     assert job.returncode == 1, job.stderr
     assert "canceling statement due to statement timeout" in job.stderr

@@ -19,10 +19,10 @@ from tests.reliability.support import (
     start_purge,
 )
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 
-def test_terminated_backend_fails_the_run_keeps_earlier_batches_and_logs_the_failed_batch(committed_catalog):
+def test_terminated_backend_fails_the_run_keeps_earlier_batches_and_logs_the_failed_batch():
     # Oldest first with two cards per batch: batch 0 takes cards 0-1, batch 1 (held) takes cards 2-3.
     long_ago = timezone.now() - timedelta(days=60)
     cards = [

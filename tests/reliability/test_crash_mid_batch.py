@@ -23,7 +23,7 @@ from tests.reliability.support import (
     wait_for,
 )
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 
 def overdue_objects_with_overrides(count: int, *, held_position: int) -> list[PropertyObjectCard]:
@@ -40,7 +40,7 @@ def overdue_objects_with_overrides(count: int, *, held_position: int) -> list[Pr
     return objects
 
 
-def test_sigkill_during_a_batch_rolls_the_whole_batch_back_and_the_lock_dies_with_the_session(committed_catalog):
+def test_sigkill_during_a_batch_rolls_the_whole_batch_back_and_the_lock_dies_with_the_session():
     overdue_objects_with_overrides(4, held_position=3)
     before = CatalogState.read()
 

@@ -14,20 +14,18 @@ from tests.factories import (
     PropertyObjectCardFactory,
     PropertyObjectDisplayOverrideFactory,
 )
+from tests.conftest import PROJECT_ROOT, database_url_of_tests
 from tests.reliability.support import (
-    REPO_ROOT,
     CatalogState,
     execute,
-    job_environment,
     query,
     run_purge,
-    url_of_test_database,
 )
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 ROLE = "catalog_retention"
-ROLE_SCRIPT = REPO_ROOT / "deploy" / "sql" / "catalog_retention_role.sql"
+ROLE_SCRIPT = PROJECT_ROOT / "deploy" / "sql" / "catalog_retention_role.sql"
 OUT_OF_BOUNDS = {
     "read ranking rules": "SELECT * FROM catalog.ranking_rules",
     "delete ranking rules": "DELETE FROM catalog.ranking_rules",
@@ -50,9 +48,9 @@ OUT_OF_BOUNDS = {
 
 
 @pytest.fixture
-def retention_role(committed_catalog):
+def retention_role():
     execute(ROLE_SCRIPT.read_text())
-    return url_of_test_database(user=ROLE)
+    return database_url_of_tests(user=ROLE)
 
 
 def ranking_rules() -> list[tuple]:
@@ -75,7 +73,7 @@ def test_the_job_completes_a_run_as_the_least_privileged_role(retention_role):
     DeveloperRankingRuleFactory.create_batch(2, project_id=overdue_project.id)
     rules_before = ranking_rules()
 
-    run = run_purge("--batch-size", "1", env=job_environment(DATABASE_URL=retention_role))
+    run = run_purge("--batch-size", "1", DATABASE_URL=retention_role)
 
     assert run.returncode == 0, run.stderr
     after = CatalogState.read()
@@ -97,7 +95,7 @@ def test_locking_a_batch_needs_update_on_a_column_not_only_delete(retention_role
     ProjectCardFactory(long_delisted=True)
     execute(f"REVOKE UPDATE (created_at) ON catalog.project_cards FROM {ROLE}")
 
-    run = run_purge(env=job_environment(DATABASE_URL=retention_role))
+    run = run_purge(DATABASE_URL=retention_role)
 
     assert run.returncode == 1
     assert "permission denied for table project_cards" in run.stderr

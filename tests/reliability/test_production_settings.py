@@ -4,10 +4,12 @@ stops every command at start-up with one clear line. Each case is a real `manage
 
 import json
 import secrets
+import subprocess
 
 import pytest
 
-from tests.reliability.support import job_environment, run_manage_py
+from tests.conftest import PROJECT_ROOT, manage_command
+from tests.reliability.support import WAIT_SECONDS, job_environment
 
 pytestmark = pytest.mark.slow
 
@@ -29,6 +31,12 @@ def production_environment(**overrides: str) -> dict[str, str]:
     )
     environment.update(overrides)
     return environment
+
+
+def run_manage_py(*arguments: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        manage_command(*arguments), cwd=PROJECT_ROOT, env=env, capture_output=True, text=True, timeout=WAIT_SECONDS
+    )
 
 
 def effective_settings(environment: dict[str, str]) -> dict:

@@ -20,7 +20,8 @@ from catalog.models import (
     PropertyObjectDisplayOverride,
 )
 from retention.service import purge_delisted_cards
-from tests.reliability.support import CatalogState, empty_catalog
+from tests.conftest import CATALOG_TABLES
+from tests.reliability.support import CatalogState, execute
 
 pytestmark = pytest.mark.django_db
 
@@ -114,7 +115,7 @@ def long_delisted() -> dict:
     batch_size=3,
 )
 def test_one_complete_run_deletes_exactly_the_overdue_cards_not_held_back(drawn_projects, batch_size):
-    empty_catalog()
+    execute(f"TRUNCATE {CATALOG_TABLES}")
     expected_objects, expected_projects = create_catalog(drawn_projects)
     before = CatalogState.read()
     rules_before = list(DeveloperRankingRule.objects.values_list("id", "project_id", "weight", "updated_at"))

@@ -32,7 +32,7 @@ from tests.factories import (
 )
 from tests.reliability.support import WAIT_SECONDS, CatalogState, execute, query
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 SOAK_SECONDS = min(30.0, float(os.environ.get("RELIABILITY_SOAK_SECONDS", "12")))
 RETENTION = timedelta(seconds=1)
@@ -76,7 +76,7 @@ CREATE TRIGGER soak_record_deletion AFTER DELETE ON catalog.property_object_card
 
 
 @pytest.fixture
-def soak_record(committed_catalog):
+def soak_record():
     execute(RECORD_SCHEMA)
     yield
     execute(
