@@ -62,11 +62,3 @@ def test_read_endpoints_answer_the_same_404_for_hidden_delisted_and_unknown_card
     assert [response.status_code for response in responses] == [404, 404, 404]
     assert len({response.content for response in responses}) == 1
 
-
-def test_a_published_card_shows_only_its_public_fields(client):
-    card = PropertyObjectCardFactory(title="Flat 12")
-
-    response = client.get(reverse("catalog:property-object-detail", args=[card.id]))
-
-    assert response.status_code == 200
-    assert set(response.json()) == {"id", "project_id", "title", "status", "price", "updated_at"}
