@@ -124,9 +124,12 @@ def held_batch() -> Iterator[HeldBatch]:
            FOR EACH ROW WHEN (OLD.title = '{HELD_TITLE}') EXECUTE FUNCTION fault_injection.hold_batch();
         """
     )
+    fault = HeldBatch()
     try:
-        yield HeldBatch()
+        yield fault
     finally:
+        # A batch still held would keep the DROP waiting for its table lock: let it go first.
+        fault.open_gate()
         execute(
             "DROP TRIGGER IF EXISTS hold_batch ON catalog.property_object_cards; "
             "DROP SCHEMA IF EXISTS fault_injection CASCADE"

@@ -69,7 +69,7 @@ def test_a_batch_whose_statement_hangs_gives_up_at_statement_timeout_and_rolls_b
     overdue_project_with_objects()
     before = CatalogState.read()
 
-    with held_batch():  # the gate is never opened
+    with held_batch():  # its gate stays shut while the job runs
         job = run_purge("--batch-size", "10", DELISTED_RETENTION_STATEMENT_TIMEOUT_MS="300")
 
     assert job.returncode == 1, job.stderr

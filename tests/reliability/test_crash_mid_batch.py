@@ -50,7 +50,7 @@ def test_sigkill_during_a_batch_rolls_the_whole_batch_back_and_the_lock_dies_wit
         assert job_lock_holders() == [backend]
 
         job.send_signal(signal.SIGKILL)
-        job.wait(timeout=WAIT_SECONDS)
+        job.communicate(timeout=WAIT_SECONDS)
         assert job.returncode == -signal.SIGKILL
         # The process is gone but its session is not: the lock lives exactly as long as the session.
         assert job_lock_holders() == [backend]
