@@ -137,6 +137,8 @@ if PRODUCTION:
     SESSION_COOKIE_SECURE = True
     CSRF_COOKIE_SECURE = True
     SECURE_HSTS_SECONDS = env_int("DJANGO_SECURE_HSTS_SECONDS", 31536000)
+    if SECURE_HSTS_SECONDS < 0:
+        raise ImproperlyConfigured(f"DJANGO_SECURE_HSTS_SECONDS must not be negative, got {SECURE_HSTS_SECONDS}")
     SECURE_HSTS_INCLUDE_SUBDOMAINS = True
     SECURE_HSTS_PRELOAD = True
 
@@ -150,8 +152,16 @@ DELISTED_RETENTION_BATCH_PAUSE_MS = env_int("DELISTED_RETENTION_BATCH_PAUSE_MS",
 DELISTED_RETENTION_STATEMENT_TIMEOUT_MS = env_int("DELISTED_RETENTION_STATEMENT_TIMEOUT_MS", 60_000)
 DELISTED_RETENTION_LOCK_TIMEOUT_MS = env_int("DELISTED_RETENTION_LOCK_TIMEOUT_MS", 5_000)
 DELISTED_RETENTION_LOCK_DATABASE = env.str("DELISTED_RETENTION_LOCK_DATABASE", default="default")
+if DELISTED_RETENTION_LOCK_DATABASE not in DATABASES:
+    raise ImproperlyConfigured(
+        f"DELISTED_RETENTION_LOCK_DATABASE must name a configured database ({', '.join(DATABASES)}), "
+        f"got {DELISTED_RETENTION_LOCK_DATABASE!r}"
+    )
 
-LOG_LEVEL = env.str("LOG_LEVEL", default="INFO").upper()
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+LOG_LEVEL = env.str("LOG_LEVEL", default="INFO").strip().upper()
+if LOG_LEVEL not in LOG_LEVELS:
+    raise ImproperlyConfigured(f"LOG_LEVEL must be one of {', '.join(LOG_LEVELS)}, got {LOG_LEVEL!r}")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

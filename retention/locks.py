@@ -28,21 +28,25 @@ def advisory_lock(name: str, *, using: str = "default") -> Iterator[bool]:
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_try_advisory_lock(%s)", [key])
         acquired = cursor.fetchone()[0]
+    # The session that holds the lock. Django replaces a connection it had to drop (a failed rollback after the
+    # connection was lost) with a new one on the next query, and a new session holds no lock.
+    session = connection.connection
     try:
         yield acquired
     finally:
         if acquired:
-            release(connection, name, key)
+            release(connection, session, name, key)
 
 
-def release(connection, name: str, key: int) -> None:
-    try:
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_unlock(%s)", [key])
-            released = cursor.fetchone()[0]
-    except DatabaseError:
-        # The session is gone (connection lost), and a session lock goes with it.
-        logger.warning("advisory lock %s (%s) was not released explicitly: its session is gone", name, key)
-        return
-    if not released:
-        logger.error("advisory lock %s (%s) was not held by this session at release", name, key)
+def release(connection, session, name: str, key: int) -> None:
+    if connection.connection is session and not session.closed:
+        try:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_advisory_unlock(%s)", [key])
+                if not cursor.fetchone()[0]:
+                    logger.error("advisory lock %s (%s) was not held by this session at release", name, key)
+            return
+        except DatabaseError:
+            pass  # the connection broke just now
+    # A session lock goes with its session: there is nothing left to release.
+    logger.warning("advisory lock %s (%s) went with its session, which is gone", name, key)

@@ -45,6 +45,12 @@ logger = logging.getLogger(__name__)
 
 LOCK_NAME = "job:scheduled:catalog-delisted-retention"
 MAX_BATCH_SIZE = 10_000
+# Beyond these bounds a limit is a typo, not a choice; some would overflow the database or the clock.
+MAX_RETENTION = timedelta(days=36_500)
+MAX_BATCHES_PER_RUN = 1_000_000
+MAX_RUN_DURATION = timedelta(hours=24)  # a nightly run must end before the next one is due
+MAX_BATCH_PAUSE = timedelta(minutes=1)
+MAX_TIMEOUT = timedelta(milliseconds=2**31 - 1)  # the largest statement_timeout / lock_timeout PostgreSQL takes
 
 
 class PurgeSettingsError(ValueError):
@@ -104,20 +110,34 @@ def validate_limits(
     statement_timeout: timedelta = timedelta(minutes=1),
     lock_timeout: timedelta = timedelta(seconds=5),
 ) -> None:
-    if retention <= timedelta(0):
-        raise PurgeSettingsError("retention", f"retention period must be greater than zero, got {retention.total_seconds():g}s")
+    # Each limit is reported in the unit its option and setting use.
+    if not timedelta(0) < retention <= MAX_RETENTION:
+        raise PurgeSettingsError(
+            "retention", f"retention period must be greater than zero and at most {MAX_RETENTION.days} days, "
+            f"got {retention / timedelta(days=1):.15g} days",
+        )
     if not 1 <= batch_size <= MAX_BATCH_SIZE:
         raise PurgeSettingsError("batch_size", f"batch size must be between 1 and {MAX_BATCH_SIZE}, got {batch_size}")
-    if max_batches < 1:
-        raise PurgeSettingsError("max_batches", f"max batches per run must be at least 1, got {max_batches}")
-    if max_duration <= timedelta(0):
-        raise PurgeSettingsError("max_duration", f"max run duration must be greater than zero, got {max_duration.total_seconds():g}s")
-    if batch_pause < timedelta(0):
-        raise PurgeSettingsError("batch_pause", f"batch pause must not be negative, got {batch_pause.total_seconds():g}s")
-    if statement_timeout <= timedelta(0):
-        raise PurgeSettingsError("statement_timeout", f"statement timeout must be greater than zero, got {statement_timeout.total_seconds():g}s")
-    if lock_timeout <= timedelta(0):
-        raise PurgeSettingsError("lock_timeout", f"lock timeout must be greater than zero, got {lock_timeout.total_seconds():g}s")
+    if not 1 <= max_batches <= MAX_BATCHES_PER_RUN:
+        raise PurgeSettingsError(
+            "max_batches", f"max batches per run must be between 1 and {MAX_BATCHES_PER_RUN}, got {max_batches}"
+        )
+    if not timedelta(0) < max_duration <= MAX_RUN_DURATION:
+        raise PurgeSettingsError(
+            "max_duration", f"max run duration must be greater than zero and at most "
+            f"{MAX_RUN_DURATION.total_seconds():.15g} seconds, got {max_duration.total_seconds():.15g} seconds",
+        )
+    if not timedelta(0) <= batch_pause <= MAX_BATCH_PAUSE:
+        raise PurgeSettingsError(
+            "batch_pause", f"batch pause must be between 0 and {milliseconds(MAX_BATCH_PAUSE)} ms, "
+            f"got {batch_pause / timedelta(milliseconds=1):.15g} ms",
+        )
+    for field, timeout in (("statement_timeout", statement_timeout), ("lock_timeout", lock_timeout)):
+        if not timedelta(0) < timeout <= MAX_TIMEOUT:
+            raise PurgeSettingsError(
+                field, f"{field.replace('_', ' ')} must be greater than zero and at most "
+                f"{milliseconds(MAX_TIMEOUT)} ms, got {timeout / timedelta(milliseconds=1):.15g} ms",
+            )
 
 
 def overdue(model, cutoff: datetime) -> QuerySet:

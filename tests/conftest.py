@@ -24,9 +24,22 @@ def purge(**overrides):
     return purge_delisted_cards(**(DEFAULT_LIMITS | overrides))
 
 
-def database_url_of_tests() -> str:
+def database_url_of_tests(*, user: str | None = None) -> str:
     db = connection.settings_dict
-    return f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
+    return f"postgres://{user or db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
+
+
+def advisory_lock_holders(key: int) -> list[int]:
+    """Backends of the test database holding a session advisory lock on a bigint key, which pg_locks shows as
+    classid (high 32 bits), objid (low 32 bits) and objsubid 1. Other databases' tests may hold the same key."""
+    classid, objid = (key >> 32) & 0xFFFFFFFF, key & 0xFFFFFFFF
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND classid = %s AND objid = %s AND objsubid = 1"
+            " AND granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
+            [classid, objid],
+        )
+        return [pid for (pid,) in cursor.fetchall()]
 
 
 def manage_command(*args: str) -> list[str]:

@@ -4,7 +4,7 @@ from django.db import connection
 
 from retention.locks import advisory_lock, advisory_lock_key
 from retention.service import LOCK_NAME
-from tests.conftest import database_url_of_tests
+from tests.conftest import advisory_lock_holders, database_url_of_tests
 
 pytestmark = pytest.mark.django_db
 
@@ -13,14 +13,7 @@ JOB_LOCK_KEY = 3155265015234774692
 
 
 def lock_holders(key: int) -> int:
-    classid, objid = (key >> 32) & 0xFFFFFFFF, key & 0xFFFFFFFF
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = %s AND objid = %s"
-            " AND objsubid = 1 AND granted",
-            [classid, objid],
-        )
-        return cursor.fetchone()[0]
+    return len(advisory_lock_holders(key))
 
 
 def test_job_lock_key_is_the_documented_number():

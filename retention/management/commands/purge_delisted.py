@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from datetime import timedelta
 
 from django.conf import settings
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError
 
 from retention.service import PurgeResult, PurgeSettingsError, purge_delisted_cards
@@ -28,8 +28,24 @@ LIMIT_SOURCES = {
 }
 
 
+class OneLineErrorParser(CommandParser):
+    """A mistyped option is reported on one line (exit 2), like every other error of the job, instead of
+    argparse's usage block: cron mails and log lines stay readable. `--help` still shows the usage."""
+
+    def error(self, message):
+        if self.called_from_command_line:
+            self.exit(2, f"{self.prog}: error: {message}\n")
+        super().error(message)  # call_command(): CommandError
+
+
 class Command(BaseCommand):
     help = "Physically delete catalog cards Delisted longer than the retention period, in bounded batches."
+
+    def create_parser(self, prog_name, subcommand, **kwargs):
+        # A deleting job does not guess: `--retention` is not taken for `--retention-days`.
+        parser = super().create_parser(prog_name, subcommand, allow_abbrev=False, **kwargs)
+        parser.__class__ = OneLineErrorParser  # BaseCommand.create_parser has no hook for the parser class
+        return parser
 
     def add_arguments(self, parser):
         parser.add_argument("--retention-days", type=int, help="default: DELISTED_RETENTION_PERIOD_DAYS")
@@ -51,27 +67,31 @@ class Command(BaseCommand):
         try:
             with stop_on_signals() as stop_requested:
                 result = purge_delisted_cards(
-                    retention=timedelta(days=option_or_setting("retention_days", "DELISTED_RETENTION_PERIOD_DAYS")),
+                    retention=duration(
+                        "retention", days=option_or_setting("retention_days", "DELISTED_RETENTION_PERIOD_DAYS")
+                    ),
                     batch_size=option_or_setting("batch_size", "DELISTED_RETENTION_BATCH_SIZE"),
                     max_batches=option_or_setting("max_batches", "DELISTED_RETENTION_MAX_BATCHES_PER_RUN"),
-                    max_duration=timedelta(
+                    max_duration=duration(
+                        "max_duration",
                         seconds=option_or_setting(
                             "max_duration_seconds", "DELISTED_RETENTION_MAX_RUN_DURATION_SECONDS"
-                        )
+                        ),
                     ),
-                    batch_pause=timedelta(
-                        milliseconds=option_or_setting("batch_pause_ms", "DELISTED_RETENTION_BATCH_PAUSE_MS")
+                    batch_pause=duration(
+                        "batch_pause",
+                        milliseconds=option_or_setting("batch_pause_ms", "DELISTED_RETENTION_BATCH_PAUSE_MS"),
                     ),
-                    statement_timeout=timedelta(milliseconds=settings.DELISTED_RETENTION_STATEMENT_TIMEOUT_MS),
-                    lock_timeout=timedelta(milliseconds=settings.DELISTED_RETENTION_LOCK_TIMEOUT_MS),
+                    statement_timeout=duration(
+                        "statement_timeout", milliseconds=settings.DELISTED_RETENTION_STATEMENT_TIMEOUT_MS
+                    ),
+                    lock_timeout=duration("lock_timeout", milliseconds=settings.DELISTED_RETENTION_LOCK_TIMEOUT_MS),
                     dry_run=options["dry_run"],
                     should_stop=stop_requested.is_set,
                     lock_using=settings.DELISTED_RETENTION_LOCK_DATABASE,
                 )
         except PurgeSettingsError as error:
             raise CommandError(f"{LIMIT_SOURCES[error.field]}: {error}", returncode=2) from None
-        except OverflowError as error:
-            raise CommandError(f"a limit is too large: {error}", returncode=2) from None
         except DatabaseError as error:
             # The failed batch is already logged with run_id and its ids, and rolled back whole.
             raise CommandError(f"purge failed: {error}".strip(), returncode=1) from error
@@ -80,6 +100,15 @@ class Command(BaseCommand):
             self.stdout.write(json.dumps(result.as_dict()))
         else:
             self.stdout.write(summary(result))
+
+
+def duration(field: str, **amount: int) -> timedelta:
+    """A limit as a timedelta; a number too large for one is reported like any other out-of-range limit."""
+    try:
+        return timedelta(**amount)
+    except OverflowError:
+        [(unit, value)] = amount.items()
+        raise PurgeSettingsError(field, f"{value} {unit} is out of range") from None
 
 
 def summary(result: PurgeResult) -> str:

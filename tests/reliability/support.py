@@ -1,0 +1,169 @@
+"""Shared helpers of the reliability tests: the job as a real process, faults injected on the database side, and
+snapshots of the catalog to compare before and after.
+
+Everything here talks to the real test database. A job subprocess gets `DATABASE_URL` pointing at it and a
+`PGAPPNAME` (read by libpq), so a test can find the job's backend in `pg_stat_activity` and `pg_locks`.
+"""
+
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TypeVar
+
+from django.db import connection
+
+from retention.locks import advisory_lock_key
+from retention.service import LOCK_NAME
+from tests.conftest import PROJECT_ROOT, advisory_lock_holders, manage_command, manage_env
+
+JOB_APPLICATION_NAME = "purge-delisted-under-test"
+# A bound for anything a test waits for, so that a broken guarantee fails the test instead of hanging it.
+WAIT_SECONDS = 30
+HELD_TITLE = "hold this batch"
+
+T = TypeVar("T")
+
+
+def job_environment(**overrides: str) -> dict[str, str]:
+    # The tests read the job's INFO lines (run_id), whatever LOG_LEVEL the caller's environment sets.
+    return manage_env(**{"PGAPPNAME": JOB_APPLICATION_NAME, "LOG_LEVEL": "INFO", **overrides})
+
+
+def run_purge(*options: str, **environment: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        manage_command("purge_delisted", *options), cwd=PROJECT_ROOT, env=job_environment(**environment),
+        capture_output=True, text=True, timeout=WAIT_SECONDS,
+    )
+
+
+def start_purge(*options: str, **environment: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        manage_command("purge_delisted", *options), cwd=PROJECT_ROOT, env=job_environment(**environment),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+
+
+def wait_for(condition: Callable[[], T], *, what: str, timeout: float = WAIT_SECONDS) -> T:
+    deadline = time.monotonic() + timeout
+    while not (value := condition()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"gave up after {timeout}s waiting for {what}")
+        time.sleep(0.05)
+    return value
+
+
+def execute(sql: str, params: list | None = None) -> None:
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+
+
+def query(sql: str, params: list | None = None) -> list[tuple]:
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchall()
+
+
+def job_backend_pids() -> list[int]:
+    return [
+        pid for (pid,) in query(
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND application_name = %s",
+            [JOB_APPLICATION_NAME],
+        )
+    ]
+
+
+def job_lock_holders() -> list[int]:
+    return advisory_lock_holders(advisory_lock_key(LOCK_NAME))
+
+
+class HeldBatch:
+    """A trigger that holds the batch deleting a card titled HELD_TITLE inside the database, after its DELETE
+    statement has done all its work and before the job can commit: it polls a gate with pg_sleep until the test
+    opens it. Install with `held_batch()`."""
+
+    def open_gate(self) -> None:
+        execute("UPDATE fault_injection.gate SET open = true")
+
+    def wait_until_held(self, job: subprocess.Popen) -> int:
+        """The pid of the job's backend once it waits in the trigger; fails at once if the job ended instead."""
+
+        def held_backend() -> int | None:
+            if job.poll() is not None:
+                raise AssertionError(f"the job ended (exit {job.returncode}) before its batch was held")
+            rows = query(
+                """
+                SELECT pid FROM pg_stat_activity
+                 WHERE datname = current_database() AND application_name = %s AND wait_event = 'PgSleep'
+                """,
+                [JOB_APPLICATION_NAME],
+            )
+            return rows[0][0] if rows else None
+
+        return wait_for(held_backend, what="the job's batch to be held by the trigger")
+
+
+@contextmanager
+def held_batch() -> Iterator[HeldBatch]:
+    execute(
+        f"""
+        CREATE SCHEMA fault_injection;
+        CREATE TABLE fault_injection.gate (open boolean NOT NULL);
+        INSERT INTO fault_injection.gate VALUES (false);
+        CREATE FUNCTION fault_injection.hold_batch() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+            WHILE NOT (SELECT open FROM fault_injection.gate) LOOP
+                PERFORM pg_sleep(0.05);
+            END LOOP;
+            RETURN NULL;
+        END $$;
+        -- Row-level AFTER triggers fire at the end of the statement: the batch's cards and overrides are
+        -- deleted (uncommitted) while the job waits here.
+        CREATE TRIGGER hold_batch AFTER DELETE ON catalog.property_object_cards
+           FOR EACH ROW WHEN (OLD.title = '{HELD_TITLE}') EXECUTE FUNCTION fault_injection.hold_batch();
+        """
+    )
+    fault = HeldBatch()
+    try:
+        yield fault
+    finally:
+        # A batch still held would keep the DROP waiting for its table lock: let it go first.
+        fault.open_gate()
+        execute(
+            "DROP TRIGGER IF EXISTS hold_batch ON catalog.property_object_cards; "
+            "DROP SCHEMA IF EXISTS fault_injection CASCADE"
+        )
+
+
+@dataclass(frozen=True)
+class CatalogState:
+    """Ids of every card and every override (with its owner), to compare a catalog before and after a run."""
+
+    property_objects: frozenset
+    projects: frozenset
+    property_object_overrides: frozenset
+    building_overrides: frozenset
+
+    @classmethod
+    def read(cls) -> "CatalogState":
+        return cls(
+            property_objects=frozenset(row[0] for row in query("SELECT id FROM catalog.property_object_cards")),
+            projects=frozenset(row[0] for row in query("SELECT id FROM catalog.project_cards")),
+            property_object_overrides=frozenset(
+                query("SELECT id, property_object_id FROM catalog.property_object_display_overrides")
+            ),
+            building_overrides=frozenset(query("SELECT id, project_id FROM catalog.building_display_overrides")),
+        )
+
+    def assert_whole_batches_since(self, before: "CatalogState") -> None:
+        """Nothing appeared, and every card either kept all its overrides or went together with all of them."""
+        assert self.property_objects <= before.property_objects
+        assert self.projects <= before.projects
+        assert self.property_object_overrides == {
+            (override, owner) for override, owner in before.property_object_overrides
+            if owner in self.property_objects
+        }
+        assert self.building_overrides == {
+            (override, owner) for override, owner in before.building_overrides if owner in self.projects
+        }
