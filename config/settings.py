@@ -151,6 +151,10 @@ DELISTED_RETENTION_STATEMENT_TIMEOUT_MS = env_int("DELISTED_RETENTION_STATEMENT_
 DELISTED_RETENTION_LOCK_TIMEOUT_MS = env_int("DELISTED_RETENTION_LOCK_TIMEOUT_MS", 5_000)
 DELISTED_RETENTION_LOCK_DATABASE = env.str("DELISTED_RETENTION_LOCK_DATABASE", default="default")
 
+# Metrics of a run, each way switched on by its variable (see retention/metrics.py); empty: off.
+PROMETHEUS_PUSHGATEWAY_URL = env.str("PROMETHEUS_PUSHGATEWAY_URL", default="").strip()
+DELISTED_RETENTION_METRICS_TEXTFILE = env.str("DELISTED_RETENTION_METRICS_TEXTFILE", default="").strip()
+
 LOG_LEVEL = env.str("LOG_LEVEL", default="INFO").upper()
 LOGGING = {
     "version": 1,
