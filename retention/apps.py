@@ -7,6 +7,7 @@ class RetentionConfig(AppConfig):
     verbose_name = "Delisted retention"
 
     def ready(self):
+        from retention import checks  # noqa: F401  (registers the settings check)
         from retention.metrics import BacklogCollector
 
         # The web app's /metrics (django-prometheus serves the default registry) reports the backlog live.
