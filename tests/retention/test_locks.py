@@ -16,8 +16,10 @@ def lock_holders(key: int) -> int:
     classid, objid = (key >> 32) & 0xFFFFFFFF, key & 0xFFFFFFFF
     with connection.cursor() as cursor:
         cursor.execute(
+            # Advisory locks are per database; pg_locks lists the whole cluster's (other test runs' too).
             "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = %s AND objid = %s"
-            " AND objsubid = 1 AND granted",
+            " AND objsubid = 1 AND granted"
+            " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
             [classid, objid],
         )
         return cursor.fetchone()[0]
