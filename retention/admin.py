@@ -10,6 +10,7 @@ from django.core.exceptions import PermissionDenied
 from django.template.response import TemplateResponse
 from django.urls import path
 
+from catalog.admin import ReadOnlyAdmin
 from retention.backlog import compute_cutoff, measure_backlog
 from retention.conf import SETTING_OF_LIMIT, UNIT_OF_LIMIT, limits_from_settings
 from retention.models import DelistedRetention
@@ -41,21 +42,14 @@ def backlog_report(*, using: str = "default") -> dict:
 
 
 @admin.register(DelistedRetention)
-class DelistedRetentionAdmin(admin.ModelAdmin):
+class DelistedRetentionAdmin(ReadOnlyAdmin):
+    """Any staff user may look; nobody may add, change or delete through it."""
+
     def has_module_permission(self, request):
         return request.user.is_active and request.user.is_staff
 
     def has_view_permission(self, request, obj=None):
         return self.has_module_permission(request)
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
 
     def get_urls(self):
         # The page alone: no change, delete or history views of the proxied project cards.
