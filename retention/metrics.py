@@ -26,7 +26,6 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 from django.conf import settings
 from prometheus_client import CollectorRegistry, pushadd_to_gateway, write_to_textfile
@@ -275,7 +274,10 @@ class RunMetrics:
             self.log.warning("backlog not measured for metrics: %s", error)
             return None
 
-    def export(self, *, outcome: str | None = None, duration_seconds=None, result=None, backlog=None) -> None:
+    def export(
+        self, *, outcome: str | None = None, duration_seconds: float | None = None, result=None,
+        backlog: Backlog | None = None,
+    ) -> None:
         for sink in self.sinks:
             try:
                 metrics = sink.read()
@@ -315,7 +317,7 @@ class BacklogCollector(Collector):
         if values is not None:
             yield backlog_family(values)
 
-    def measure_now(self) -> dict[tuple[str, str], Any] | None:
+    def measure_now(self) -> dict[tuple[str, str], float] | None:
         try:
             retention = timedelta(days=settings.DELISTED_RETENTION_PERIOD_DAYS)
             return backlog_values(measure_backlog(cutoff=compute_cutoff(retention, None, "default")))
