@@ -13,7 +13,7 @@ done
 [ ${#missing[@]} -eq 0 ] && exit 0
 
 if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null; then
-    echo "install_test_tools: cannot install ${missing[*]} (needs root and apt-get); the tests that need them skip" >&2
+    echo "install_test_tools: cannot install ${missing[*]} (needs root and apt-get); the tests that need them skip (fail in CI)" >&2
     exit 0
 fi
 
@@ -26,5 +26,7 @@ if [ ! -e "$policy" ]; then
 fi
 
 export DEBIAN_FRONTEND=noninteractive
-apt-get update -qq
-apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+# A failed install is reported, not fatal: the tests that need the tool then say so themselves.
+if ! { apt-get update -qq && apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null; }; then
+    echo "install_test_tools: installing ${missing[*]} failed; the tests that need them skip (fail in CI)" >&2
+fi
