@@ -39,6 +39,7 @@ demo: $(VENV)/.installed
 	$(PY) manage.py purge_delisted
 
 test: $(VENV)/.installed
+	scripts/install_test_tools.sh
 	DATABASE_URL="$(DB_URL)" $(PY) -m pytest $(PYTEST_ARGS)
 
 bench: $(VENV)/.bench-installed

@@ -158,19 +158,32 @@ if DELISTED_RETENTION_LOCK_DATABASE not in DATABASES:
         f"got {DELISTED_RETENTION_LOCK_DATABASE!r}"
     )
 
+# Metrics of a run, each way switched on by its variable (see retention/metrics.py); empty: off.
+PROMETHEUS_PUSHGATEWAY_URL = env.str("PROMETHEUS_PUSHGATEWAY_URL", default="").strip()
+DELISTED_RETENTION_METRICS_TEXTFILE = env.str("DELISTED_RETENTION_METRICS_TEXTFILE", default="").strip()
+
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 LOG_LEVEL = env.str("LOG_LEVEL", default="INFO").strip().upper()
 if LOG_LEVEL not in LOG_LEVELS:
     raise ImproperlyConfigured(f"LOG_LEVEL must be one of {', '.join(LOG_LEVELS)}, got {LOG_LEVEL!r}")
+# json: one JSON object per line (journald, Loki, ...), structured fields such as run_id included.
+LOG_FORMAT = env.str("LOG_FORMAT", default="text").strip().lower()
+if LOG_FORMAT not in ("text", "json"):
+    raise ImproperlyConfigured(f"LOG_FORMAT must be text or json, got {LOG_FORMAT!r}")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {
         "text": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
+        "json": {
+            "()": "pythonjsonlogger.json.JsonFormatter",
+            "fmt": "%(asctime)s %(levelname)s %(name)s %(message)s",
+            "rename_fields": {"asctime": "time", "levelname": "level", "name": "logger"},
+        },
     },
     "handlers": {
         # stderr: a command's result owns stdout.
-        "stderr": {"class": "logging.StreamHandler", "formatter": "text", "stream": "ext://sys.stderr"},
+        "stderr": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT, "stream": "ext://sys.stderr"},
     },
     "root": {"handlers": ["stderr"], "level": "WARNING"},
     "loggers": {

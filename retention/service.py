@@ -39,7 +39,9 @@ from catalog.models import (
     PropertyObjectCard,
     PropertyObjectDisplayOverride,
 )
+from retention.backlog import compute_cutoff
 from retention.locks import advisory_lock
+from retention.metrics import RunMetrics
 
 logger = logging.getLogger(__name__)
 
@@ -252,7 +254,8 @@ def purge_delisted_cards(
     it to SIGTERM/SIGINT); `on_batch` is told how many cards each batch deleted (progress). `batch_pause` sleeps
     between batches to leave room for live traffic. `statement_timeout` and `lock_timeout` bound each batch
     transaction, so a stuck batch cannot hold its row locks for long. A dry run takes no lock and no row locks:
-    it counts what this run would delete.
+    it counts what this run would delete. A real run hands its metrics to the sinks the settings switch on
+    (retention.metrics); a metrics failure is only a warning.
     """
     validate_limits(
         retention=retention, batch_size=batch_size, max_batches=max_batches, max_duration=max_duration,
@@ -265,22 +268,27 @@ def purge_delisted_cards(
             run_id=run_id, cutoff=compute_cutoff(retention, now, using), batch_size=batch_size,
             max_batches=max_batches, using=using,
         )
+    metrics = RunMetrics(run_id=run_id, max_duration=max_duration, using=using)
     with advisory_lock(LOCK_NAME, using=lock_using) as acquired:
         if not acquired:
             log.warning("purge skipped run_id=%s: lock %s is held by another run", run_id, LOCK_NAME)
-            return PurgeResult(run_id=run_id, cutoff=None, stop_reason=StopReason.LOCK_BUSY)
-        return run_phases(
-            run_id=run_id, log=log, cutoff=compute_cutoff(retention, now, using), batch_size=batch_size,
-            max_batches=max_batches, max_duration=max_duration, should_stop=should_stop or (lambda: False),
-            on_batch=on_batch or (lambda deleted: None), batch_pause=batch_pause,
-            timeouts=(statement_timeout, lock_timeout), using=using,
-        )
-
-
-def compute_cutoff(retention: timedelta, now: datetime | None, using: str) -> datetime:
-    with connections[using].cursor() as cursor:
-        cursor.execute("SELECT coalesce(%s, now()) - %s", [now, retention])
-        return cursor.fetchone()[0]
+            result = PurgeResult(run_id=run_id, cutoff=None, stop_reason=StopReason.LOCK_BUSY)
+            metrics.run_finished(result)
+            return result
+        cutoff = compute_cutoff(retention, now, using)
+        metrics.run_started(cutoff)
+        try:
+            result = run_phases(
+                run_id=run_id, log=log, cutoff=cutoff, batch_size=batch_size,
+                max_batches=max_batches, max_duration=max_duration, should_stop=should_stop or (lambda: False),
+                on_batch=on_batch or (lambda deleted: None), batch_pause=batch_pause,
+                timeouts=(statement_timeout, lock_timeout), using=using,
+            )
+        except Exception:
+            metrics.run_failed()
+            raise
+        metrics.run_finished(result)
+        return result
 
 
 def run_phases(

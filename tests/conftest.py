@@ -1,4 +1,5 @@
 import os
+import shutil
 import subprocess
 import sys
 from datetime import timedelta
@@ -56,6 +57,18 @@ def run_manage(*args: str, timeout: float = 60, **extra_env: str) -> subprocess.
         manage_command(*args), env=manage_env(**extra_env), capture_output=True, text=True, timeout=timeout,
         cwd=PROJECT_ROOT,
     )
+
+
+def installed_tool(name: str, package: str) -> str:
+    """The path of a Debian tool a test drives for real; `make test` installs it (scripts/install_test_tools.sh).
+    Missing, the test skips, except in CI, where a missing tool means a broken set-up, not a reason to skip."""
+    path = shutil.which(name)
+    if path:
+        return path
+    message = f"{name} is not installed: Debian package {package} (scripts/install_test_tools.sh installs it as root)"
+    if os.environ.get("CI"):
+        pytest.fail(message)
+    pytest.skip(message)
 
 
 CATALOG_TABLES = (

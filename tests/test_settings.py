@@ -14,6 +14,7 @@ from tests.conftest import run_manage
         ("DATABASE_URL", "postgres://postgres@127.0.0.1:5432", "DATABASE_URL names no database"),
         ("DELISTED_RETENTION_BATCH_SIZE", "lots", "DELISTED_RETENTION_BATCH_SIZE must be a whole number"),
         ("DJANGO_DEBUG", "maybe", "DJANGO_DEBUG must be true or false"),
+        ("LOG_FORMAT", "xml", "LOG_FORMAT must be text or json"),
     ],
 )
 def test_malformed_setting_is_one_line_and_exit_2(variable, value, message):

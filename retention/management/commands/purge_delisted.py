@@ -6,14 +6,19 @@ or settings; 1 when a batch failed. The result goes to stdout (`--json`: one JSO
 
 import json
 import signal
+import sys
 import threading
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import timedelta
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError
+from tqdm import tqdm
+from tqdm.contrib.logging import logging_redirect_tqdm
 
+from retention.backlog import compute_cutoff, measure_backlog
 from retention.service import PurgeResult, PurgeSettingsError, purge_delisted_cards
 
 # Which option and setting feed each limit, for error messages an operator can act on.
@@ -40,6 +45,9 @@ class OneLineErrorParser(CommandParser):
 
 class Command(BaseCommand):
     help = "Physically delete catalog cards Delisted longer than the retention period, in bounded batches."
+    # Options override settings, so the settings check (retention.checks) must not stop a run the options fix;
+    # the service validates the limits it is given.
+    requires_system_checks = []
 
     def create_parser(self, prog_name, subcommand, **kwargs):
         # A deleting job does not guess: `--retention` is not taken for `--retention-days`.
@@ -65,11 +73,14 @@ class Command(BaseCommand):
             return options[option] if options[option] is not None else getattr(settings, setting)
 
         try:
-            with stop_on_signals() as stop_requested:
+            retention = duration("retention", days=option_or_setting("retention_days", "DELISTED_RETENTION_PERIOD_DAYS"))
+            show_progress = sys.stderr.isatty() and not options["json"] and not options["dry_run"]
+            with (
+                stop_on_signals() as stop_requested,
+                progress_bar(enabled=show_progress, retention=retention) as on_batch,
+            ):
                 result = purge_delisted_cards(
-                    retention=duration(
-                        "retention", days=option_or_setting("retention_days", "DELISTED_RETENTION_PERIOD_DAYS")
-                    ),
+                    retention=retention,
                     batch_size=option_or_setting("batch_size", "DELISTED_RETENTION_BATCH_SIZE"),
                     max_batches=option_or_setting("max_batches", "DELISTED_RETENTION_MAX_BATCHES_PER_RUN"),
                     max_duration=duration(
@@ -88,6 +99,7 @@ class Command(BaseCommand):
                     lock_timeout=duration("lock_timeout", milliseconds=settings.DELISTED_RETENTION_LOCK_TIMEOUT_MS),
                     dry_run=options["dry_run"],
                     should_stop=stop_requested.is_set,
+                    on_batch=on_batch,
                     lock_using=settings.DELISTED_RETENTION_LOCK_DATABASE,
                 )
         except PurgeSettingsError as error:
@@ -124,6 +136,18 @@ def summary(result: PurgeResult) -> str:
         f"{result.overdue_project_cards} projects; cutoff {result.cutoff.isoformat()}; "
         f"{result.duration_seconds:.3f}s; run_id {result.run_id}"
     )
+
+
+@contextmanager
+def progress_bar(*, enabled: bool, retention: timedelta) -> Iterator[Callable[[int], None] | None]:
+    """For a person at a terminal: a bar over the cards overdue now, on stderr, with log lines printed above it.
+    Cron, pipes, --json and --dry-run get nothing extra, not even the count."""
+    if not enabled:
+        yield None
+        return
+    overdue = measure_backlog(cutoff=compute_cutoff(retention, None, "default")).overdue_cards
+    with logging_redirect_tqdm(), tqdm(total=overdue, unit="cards", desc="purge_delisted", file=sys.stderr) as bar:
+        yield bar.update
 
 
 @contextmanager

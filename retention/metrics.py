@@ -1,0 +1,327 @@
+"""Prometheus metrics of the retention job (`purge_delisted`) and the live backlog on the web app's `/metrics`.
+
+A cron process lives seconds, so a run hands its metrics over itself, in either or both of the two standard ways,
+each switched on by a setting: a push to a Pushgateway (PROMETHEUS_PUSHGATEWAY_URL; `pushadd`, so a failed run
+leaves the last success in place) and an atomic write (temp file + rename) of a node-exporter textfile
+(DELISTED_RETENTION_METRICS_TEXTFILE). A metrics failure is a logged warning; it never fails the purge.
+
+Counters and the duration histogram are cumulative across runs: each export reads back what the sink holds, adds
+this run, and writes the sum, so `increase()` and `rate()` work as on any counter (a Pushgateway restarted without
+persistence is an ordinary counter reset). Two exports racing (a lock-busy run beside the running one) can lose
+one increment; that is the price of not running an aggregating gateway. Gauges hold the latest run's values. The
+backlog is measured and exported when a run starts and again when it ends. A failed run exports its outcome and
+duration; what its committed batches deleted shows in the backlog and in the run's log, not in the counters.
+
+The web app reports the backlog live through BacklogCollector (registered by the app config), cached so that
+scrapes cannot hammer the database.
+"""
+
+import logging
+import math
+import threading
+import time
+import urllib.request
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+
+from django.conf import settings
+from prometheus_client import CollectorRegistry, pushadd_to_gateway, write_to_textfile
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
+
+from retention.backlog import Backlog, compute_cutoff, measure_backlog
+
+logger = logging.getLogger(__name__)
+
+JOB = "catalog_delisted_retention"
+
+RUN_DURATION = "catalog_delisted_retention_run_duration_seconds"
+DELETED_PROPERTY_OBJECT_CARDS = "catalog_delisted_deleted_property_object_cards_total"
+DELETED_PROJECT_CARDS = "catalog_delisted_deleted_project_cards_total"
+DELETED_OVERRIDES = "catalog_delisted_deleted_overrides_total"
+LOCK_CONTENTION = "catalog_delisted_retention_lock_contention_total"
+RUNS = "catalog_delisted_retention_runs_total"
+BATCHES_PROCESSED = "catalog_delisted_retention_batches_processed"
+LAST_SUCCESS = "catalog_delisted_retention_last_success_timestamp_seconds"
+MAX_RUN_DURATION = "catalog_delisted_retention_max_run_duration_seconds"
+BACKLOG = "catalog_delisted_backlog"
+
+HELP = {
+    RUN_DURATION: "Duration of purge_delisted runs that took the lock (failed runs included).",
+    DELETED_PROPERTY_OBJECT_CARDS: "Property object cards deleted by purge_delisted.",
+    DELETED_PROJECT_CARDS: "Project cards deleted by purge_delisted.",
+    DELETED_OVERRIDES: "Display overrides (live and soft-deleted) deleted with their cards by purge_delisted.",
+    LOCK_CONTENTION: "purge_delisted runs skipped because another run held the advisory lock.",
+    RUNS: "purge_delisted runs by outcome.",
+    BATCHES_PROCESSED: "Batches the latest purge_delisted run committed.",
+    LAST_SUCCESS: "When a purge_delisted run last finished with outcome completed or has_more (Unix time).",
+    MAX_RUN_DURATION: "MaxRunDuration the latest purge_delisted run had, for alerting on runs near it.",
+    BACKLOG: "Delisted catalog cards by kind; scope overdue: those past the retention cutoff.",
+}
+
+COUNTERS = (DELETED_PROPERTY_OBJECT_CARDS, DELETED_PROJECT_CARDS, DELETED_OVERRIDES, LOCK_CONTENTION)
+GAUGES = (BATCHES_PROCESSED, LAST_SUCCESS, MAX_RUN_DURATION)
+
+
+class Outcome:
+    COMPLETED = "completed"
+    HAS_MORE = "has_more"
+    STOPPED = "stopped"
+    LOCK_BUSY = "lock_busy"
+    FAILED = "failed"
+
+
+OUTCOMES = (Outcome.COMPLETED, Outcome.HAS_MORE, Outcome.STOPPED, Outcome.LOCK_BUSY, Outcome.FAILED)
+SUCCESSFUL_OUTCOMES = (Outcome.COMPLETED, Outcome.HAS_MORE)
+
+# Seconds; MaxRunDuration defaults to 1200.
+DURATION_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 900, 1200, 1800, 3600, math.inf)
+BACKLOG_SERIES = tuple((kind, scope) for kind in ("property_object", "project") for scope in ("delisted", "overdue"))
+PUSH_TIMEOUT_SECONDS = 10
+BACKLOG_CACHE_SECONDS = 30
+
+
+def outcome_of(result) -> str:
+    """The outcome of a run that returned a result. The stop reasons `lock_busy` and `stopped` (a signal) are
+    outcomes as they are; a run that ran dry or stopped on a limit completed, or has more when it left work."""
+    if result.stop_reason in (Outcome.LOCK_BUSY, Outcome.STOPPED):
+        return result.stop_reason
+    return Outcome.HAS_MORE if result.has_more else Outcome.COMPLETED
+
+
+def backlog_values(backlog: Backlog) -> dict[tuple[str, str], float]:
+    return {
+        ("property_object", "delisted"): backlog.property_objects.delisted,
+        ("property_object", "overdue"): backlog.property_objects.overdue,
+        ("project", "delisted"): backlog.projects.delisted,
+        ("project", "overdue"): backlog.projects.overdue,
+    }
+
+
+def backlog_family(values: dict[tuple[str, str], float]) -> GaugeMetricFamily:
+    family = GaugeMetricFamily(BACKLOG, HELP[BACKLOG], labels=["kind", "scope"])
+    for (kind, scope), value in values.items():
+        family.add_metric([kind, scope], value)
+    return family
+
+
+@dataclass(eq=False)  # a registry keys collectors by identity
+class JobMetrics(Collector):
+    """The job's metrics as one sink holds them: counters and the histogram summed over every run the sink has
+    seen, gauges as the latest run left them. Every outcome is always exported (zero until it happens), so the
+    first failure is an increase, not the birth of a series."""
+
+    runs: dict[str, float] = field(default_factory=lambda: dict.fromkeys(OUTCOMES, 0.0))
+    counters: dict[str, float] = field(default_factory=lambda: dict.fromkeys(COUNTERS, 0.0))
+    gauges: dict[str, float] = field(default_factory=dict)
+    # Cumulative count per upper bound (a Pushgateway writes le="1" where this client writes le="1.0").
+    duration_buckets: dict[float, float] = field(default_factory=lambda: dict.fromkeys(DURATION_BUCKETS, 0.0))
+    duration_sum: float = 0.0
+    backlog: dict[tuple[str, str], float] = field(default_factory=dict)
+
+    @classmethod
+    def parse(cls, exposition: str, *, job: str | None = None) -> "JobMetrics":
+        """Read back an exposition; with `job`, only samples carrying that job label (a Pushgateway's page)."""
+        metrics = cls()
+        for family in text_string_to_metric_families(exposition):
+            for sample in family.samples:
+                labels = dict(sample.labels)
+                if job is not None and labels.get("job") != job:
+                    continue
+                metrics.read_sample(sample.name, labels, sample.value)
+        return metrics
+
+    def read_sample(self, name: str, labels: dict[str, str], value: float) -> None:
+        if name in self.counters:
+            self.counters[name] = value
+        elif name in GAUGES:
+            self.gauges[name] = value
+        elif name == RUNS and labels.get("outcome") in self.runs:
+            self.runs[labels["outcome"]] = value
+        elif name == f"{RUN_DURATION}_bucket" and float(labels.get("le", "nan")) in self.duration_buckets:
+            self.duration_buckets[float(labels["le"])] = value
+        elif name == f"{RUN_DURATION}_sum":
+            self.duration_sum = value
+        elif name == BACKLOG and (labels.get("kind"), labels.get("scope")) in BACKLOG_SERIES:
+            self.backlog[labels["kind"], labels["scope"]] = value
+
+    def add_run(self, *, outcome: str, duration_seconds: float | None, result, max_duration: timedelta) -> None:
+        """Count one run. `duration_seconds` is None when the run never took the lock; `result` is None when it
+        failed."""
+        self.runs[outcome] += 1
+        if outcome == Outcome.LOCK_BUSY:
+            self.counters[LOCK_CONTENTION] += 1
+            return
+        self.observe_duration(duration_seconds)
+        self.gauges[MAX_RUN_DURATION] = max_duration.total_seconds()
+        if result is not None:
+            self.counters[DELETED_PROPERTY_OBJECT_CARDS] += result.deleted_property_object_cards
+            self.counters[DELETED_PROJECT_CARDS] += result.deleted_project_cards
+            self.counters[DELETED_OVERRIDES] += result.deleted_overrides
+            self.gauges[BATCHES_PROCESSED] = result.batches_processed
+        if outcome in SUCCESSFUL_OUTCOMES:
+            self.gauges[LAST_SUCCESS] = time.time()
+
+    def observe_duration(self, seconds: float) -> None:
+        for bound in DURATION_BUCKETS:
+            if seconds <= bound:
+                self.duration_buckets[bound] += 1
+        self.duration_sum += seconds
+
+    def collect(self) -> Iterator[Metric]:
+        runs = CounterMetricFamily(RUNS, HELP[RUNS], labels=["outcome"])
+        for outcome, value in self.runs.items():
+            runs.add_metric([outcome], value)
+        yield runs
+        for name, value in self.counters.items():
+            yield CounterMetricFamily(name, HELP[name], value=value)
+        for name, value in self.gauges.items():
+            yield GaugeMetricFamily(name, HELP[name], value=value)
+        buckets = [(floatToGoString(bound), count) for bound, count in self.duration_buckets.items()]
+        yield HistogramMetricFamily(RUN_DURATION, HELP[RUN_DURATION], buckets=buckets, sum_value=self.duration_sum)
+        if self.backlog:
+            yield backlog_family(self.backlog)
+
+
+def registry_of(metrics: JobMetrics) -> CollectorRegistry:
+    """A registry of its own, so nothing of the process (or of other tests) leaks into the job's exposition."""
+    registry = CollectorRegistry()
+    registry.register(metrics)
+    return registry
+
+
+@dataclass(frozen=True)
+class Textfile:
+    path: Path
+
+    def __str__(self) -> str:
+        return f"textfile {self.path}"
+
+    def read(self) -> JobMetrics:
+        return JobMetrics.parse(self.path.read_text()) if self.path.exists() else JobMetrics()
+
+    def write(self, metrics: JobMetrics) -> None:
+        write_to_textfile(str(self.path), registry_of(metrics))  # temp file beside it + rename
+
+
+@dataclass(frozen=True)
+class Pushgateway:
+    url: str
+
+    def __str__(self) -> str:
+        return f"Pushgateway {self.url}"
+
+    def read(self) -> JobMetrics:
+        base = self.url if "://" in self.url else f"http://{self.url}"
+        with urllib.request.urlopen(f"{base.rstrip('/')}/metrics", timeout=PUSH_TIMEOUT_SECONDS) as response:
+            return JobMetrics.parse(response.read().decode(), job=JOB)
+
+    def write(self, metrics: JobMetrics) -> None:
+        pushadd_to_gateway(self.url, job=JOB, registry=registry_of(metrics), timeout=PUSH_TIMEOUT_SECONDS)
+
+
+def configured_sinks() -> list[Textfile | Pushgateway]:
+    sinks: list[Textfile | Pushgateway] = []
+    if settings.DELISTED_RETENTION_METRICS_TEXTFILE:
+        sinks.append(Textfile(Path(settings.DELISTED_RETENTION_METRICS_TEXTFILE)))
+    if settings.PROMETHEUS_PUSHGATEWAY_URL:
+        sinks.append(Pushgateway(settings.PROMETHEUS_PUSHGATEWAY_URL))
+    return sinks
+
+
+class RunMetrics:
+    """The metrics of one run, handed to the sinks the settings switch on. With none, nothing is measured.
+
+    The service calls run_started once it holds the lock, then exactly one of run_finished (also for a lock-busy
+    skip) or run_failed. Its warnings carry the run's run_id.
+    """
+
+    def __init__(self, *, run_id: uuid.UUID, max_duration: timedelta, using: str):
+        self.sinks = configured_sinks()
+        self.max_duration = max_duration
+        self.log = logging.LoggerAdapter(logger, {"run_id": str(run_id)})
+        self.using = using
+        self.started = time.monotonic()
+
+    def run_started(self, cutoff: datetime) -> None:
+        self.started = time.monotonic()
+        self.export(backlog=self.measure(cutoff))
+
+    def run_finished(self, result) -> None:
+        outcome = outcome_of(result)
+        self.export(
+            outcome=outcome,
+            duration_seconds=None if outcome == Outcome.LOCK_BUSY else result.duration_seconds,
+            result=result,
+            backlog=self.measure(result.cutoff) if result.cutoff else None,
+        )
+
+    def run_failed(self) -> None:
+        # No measuring: the database may be what failed.
+        self.export(outcome=Outcome.FAILED, duration_seconds=time.monotonic() - self.started)
+
+    def measure(self, cutoff: datetime) -> Backlog | None:
+        if not self.sinks:
+            return None
+        try:
+            return measure_backlog(cutoff=cutoff, using=self.using)
+        except Exception as error:
+            self.log.warning("backlog not measured for metrics: %s", error)
+            return None
+
+    def export(
+        self, *, outcome: str | None = None, duration_seconds: float | None = None, result=None,
+        backlog: Backlog | None = None,
+    ) -> None:
+        for sink in self.sinks:
+            try:
+                metrics = sink.read()
+                if backlog is not None:
+                    metrics.backlog = backlog_values(backlog)
+                if outcome is not None:
+                    metrics.add_run(
+                        outcome=outcome, duration_seconds=duration_seconds, result=result,
+                        max_duration=self.max_duration,
+                    )
+                sink.write(metrics)
+            except Exception as error:
+                self.log.warning("metrics not exported to %s: %s", sink, error)
+
+
+class BacklogCollector(Collector):
+    """`catalog_delisted_backlog` for the web app's /metrics, measured at most once per `max_age_seconds`
+    whatever the scrape rate, at the retention the settings give."""
+
+    def __init__(self, *, max_age_seconds: float = BACKLOG_CACHE_SECONDS, clock: Callable[[], float] = time.monotonic):
+        self.max_age_seconds = max_age_seconds
+        self.clock = clock
+        self.lock = threading.Lock()
+        self.values: dict[tuple[str, str], float] | None = None
+        self.measured_at: float | None = None
+
+    def describe(self) -> Iterator[Metric]:
+        # Registering calls describe() instead of collect(): no database query at start-up.
+        yield backlog_family({})
+
+    def collect(self) -> Iterator[Metric]:
+        with self.lock:
+            if self.measured_at is None or self.clock() - self.measured_at >= self.max_age_seconds:
+                self.measured_at = self.clock()
+                self.values = self.measure_now()
+            values = self.values
+        if values is not None:
+            yield backlog_family(values)
+
+    def measure_now(self) -> dict[tuple[str, str], float] | None:
+        try:
+            retention = timedelta(days=settings.DELISTED_RETENTION_PERIOD_DAYS)
+            return backlog_values(measure_backlog(cutoff=compute_cutoff(retention, None, "default")))
+        except Exception as error:
+            # A scrape must not fail: the series is absent until the next measurement works.
+            logger.warning("catalog_delisted_backlog not measured: %s", error)
+            return None

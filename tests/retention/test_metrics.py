@@ -1,0 +1,214 @@
+"""The metrics a run hands over: to a real Pushgateway (read back from its /metrics) and to a textfile."""
+
+import json
+import os
+import time
+from io import StringIO
+
+import psycopg
+import pytest
+from django.core.management import call_command
+from django.db import DatabaseError, connection
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from catalog.models import CardStatus
+from retention.locks import advisory_lock_key
+from retention.metrics import (
+    BACKLOG,
+    BATCHES_PROCESSED,
+    DELETED_OVERRIDES,
+    DELETED_PROJECT_CARDS,
+    DELETED_PROPERTY_OBJECT_CARDS,
+    LAST_SUCCESS,
+    LOCK_CONTENTION,
+    MAX_RUN_DURATION,
+    OUTCOMES,
+    RUN_DURATION,
+    RUNS,
+)
+from retention.service import LOCK_NAME
+from tests.conftest import database_url_of_tests, purge
+from tests.factories import (
+    BuildingDisplayOverrideFactory,
+    ProjectCardFactory,
+    PropertyObjectCardFactory,
+    PropertyObjectDisplayOverrideFactory,
+)
+from tests.retention.conftest import Exposition, free_loopback_port
+
+pytestmark = pytest.mark.django_db
+
+
+def catalog_with_overdue_cards() -> None:
+    """3 overdue property objects (2 overrides), 1 overdue project without objects (1 building override),
+    1 young Delisted object and 1 Published one."""
+    project = ProjectCardFactory()
+    objects = PropertyObjectCardFactory.create_batch(3, long_delisted=True, project_id=project.id)
+    PropertyObjectDisplayOverrideFactory.create_batch(2, property_object_id=objects[0].id)
+    empty_project = ProjectCardFactory(long_delisted=True)
+    BuildingDisplayOverrideFactory(project_id=empty_project.id)
+    PropertyObjectCardFactory(project_id=project.id, status=CardStatus.DELISTED, updated_at=timezone.now())
+    PropertyObjectCardFactory(project_id=project.id)
+
+
+@pytest.fixture
+def textfile(settings, tmp_path):
+    settings.DELISTED_RETENTION_METRICS_TEXTFILE = str(tmp_path / "catalog_delisted_retention.prom")
+    return tmp_path / "catalog_delisted_retention.prom"
+
+
+def read_textfile(path) -> Exposition:
+    return Exposition(path.read_text())
+
+
+def test_a_run_pushes_its_metrics_to_the_pushgateway(settings, pushgateway):
+    settings.PROMETHEUS_PUSHGATEWAY_URL = pushgateway
+    catalog_with_overdue_cards()
+
+    before = time.time()
+    purge(batch_size=2)
+
+    pushed = Exposition.scrape(pushgateway)
+    assert pushed.value(DELETED_PROPERTY_OBJECT_CARDS) == 3
+    assert pushed.value(DELETED_PROJECT_CARDS) == 1
+    assert pushed.value(DELETED_OVERRIDES) == 3
+    assert pushed.value(BATCHES_PROCESSED) == 3
+    assert {outcome: pushed.value(RUNS, outcome=outcome) for outcome in OUTCOMES} == {
+        "completed": 1, "has_more": 0, "stopped": 0, "lock_busy": 0, "failed": 0,
+    }
+    assert before <= pushed.value(LAST_SUCCESS) <= time.time()
+    assert pushed.value(f"{RUN_DURATION}_count") == 1
+    assert pushed.value(MAX_RUN_DURATION) == 1200
+    assert pushed.value(LOCK_CONTENTION) == 0
+    # Measured at the end of the run: only the young Delisted object is left.
+    assert pushed.value(BACKLOG, kind="property_object", scope="delisted") == 1
+    assert pushed.value(BACKLOG, kind="property_object", scope="overdue") == 0
+    assert pushed.value(BACKLOG, kind="project", scope="delisted") == 0
+
+
+def test_counters_and_the_histogram_add_up_across_runs_in_the_pushgateway(settings, pushgateway):
+    settings.PROMETHEUS_PUSHGATEWAY_URL = pushgateway
+    catalog_with_overdue_cards()
+    purge()
+    PropertyObjectCardFactory.create_batch(2, long_delisted=True)
+
+    purge()
+
+    pushed = Exposition.scrape(pushgateway)
+    assert pushed.value(DELETED_PROPERTY_OBJECT_CARDS) == 5
+    assert pushed.value(DELETED_PROJECT_CARDS) == 1
+    assert pushed.value(RUNS, outcome="completed") == 2
+    assert pushed.value(f"{RUN_DURATION}_count") == 2
+    assert pushed.value(f"{RUN_DURATION}_bucket", le="60") == 2  # the gateway writes le="60", not "60.0"
+    assert pushed.value(BATCHES_PROCESSED) == 1  # a gauge: the latest run's
+
+
+def test_a_failed_run_counts_as_failed_and_leaves_the_last_success_in_place(settings, pushgateway):
+    settings.PROMETHEUS_PUSHGATEWAY_URL = pushgateway
+    purge()
+    last_success = Exposition.scrape(pushgateway).value(LAST_SUCCESS)
+    PropertyObjectCardFactory(long_delisted=True)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "CREATE FUNCTION public.refuse_delete() RETURNS trigger LANGUAGE plpgsql AS "
+            "$$ BEGIN RAISE EXCEPTION 'deletes refused by the test'; END $$"
+        )
+        cursor.execute(
+            "CREATE TRIGGER refuse_delete BEFORE DELETE ON catalog.property_object_cards "
+            "FOR EACH ROW EXECUTE FUNCTION public.refuse_delete()"
+        )
+
+    with pytest.raises(DatabaseError):
+        purge()
+
+    pushed = Exposition.scrape(pushgateway)
+    assert pushed.value(RUNS, outcome="failed") == 1
+    assert pushed.value(RUNS, outcome="completed") == 1
+    assert pushed.value(LAST_SUCCESS) == last_success
+    assert pushed.value(f"{RUN_DURATION}_count") == 2
+
+
+def test_a_run_skipped_on_a_busy_lock_counts_contention_and_is_no_success(settings, pushgateway):
+    settings.PROMETHEUS_PUSHGATEWAY_URL = pushgateway
+    with psycopg.connect(database_url_of_tests(), autocommit=True) as other_instance:
+        other_instance.execute("SELECT pg_advisory_lock(%s)", [advisory_lock_key(LOCK_NAME)])
+
+        purge()
+
+    pushed = Exposition.scrape(pushgateway)
+    assert pushed.value(RUNS, outcome="lock_busy") == 1
+    assert pushed.value(LOCK_CONTENTION) == 1
+    assert pushed.value(LAST_SUCCESS) is None
+    assert pushed.value(f"{RUN_DURATION}_count") == 0
+
+
+def test_a_dead_pushgateway_does_not_fail_the_purge(settings, textfile, caplog):
+    dead_gateway = f"http://127.0.0.1:{free_loopback_port()}"
+    settings.PROMETHEUS_PUSHGATEWAY_URL = dead_gateway
+    catalog_with_overdue_cards()
+
+    out = StringIO()
+    call_command("purge_delisted", "--json", stdout=out)
+
+    result = json.loads(out.getvalue())
+    assert result["deleted_property_object_cards"] == 3 and result["stop_reason"] == "completed"
+    warnings = [r for r in caplog.records if r.levelname == "WARNING" and dead_gateway in r.getMessage()]
+    assert warnings and all(r.run_id == result["run_id"] for r in warnings)
+    assert read_textfile(textfile).value(RUNS, outcome="completed") == 1  # the other sink still got it
+
+
+def test_the_textfile_parses_and_is_replaced_atomically(textfile):
+    catalog_with_overdue_cards()
+    purge()
+
+    with open(textfile) as reader_of_the_first_run:  # like node-exporter in the middle of a scrape
+        purge()
+
+        # The path now names a new file; the open one is the first run's, whole, never written over.
+        assert os.fstat(reader_of_the_first_run.fileno()).st_ino != os.stat(textfile).st_ino
+        first = Exposition(reader_of_the_first_run.read())
+    assert first.value(RUNS, outcome="completed") == 1 and first.value(DELETED_PROPERTY_OBJECT_CARDS) == 3
+    second = read_textfile(textfile)
+    assert second.value(RUNS, outcome="completed") == 2 and second.value(DELETED_PROPERTY_OBJECT_CARDS) == 3
+    assert [path.name for path in textfile.parent.iterdir()] == [textfile.name]  # no temp file left behind
+
+
+def test_the_backlog_is_exported_when_a_run_starts_and_when_it_ends(textfile):
+    catalog_with_overdue_cards()
+    overdue_during_the_run = []
+
+    purge(on_batch=lambda deleted: overdue_during_the_run.append(
+        read_textfile(textfile).value(BACKLOG, kind="property_object", scope="overdue")
+    ))
+
+    assert overdue_during_the_run[0] == 3
+    assert read_textfile(textfile).value(BACKLOG, kind="property_object", scope="overdue") == 0
+
+
+@pytest.mark.parametrize(
+    ("limits", "outcome", "counts_as_success"),
+    [
+        ({"should_stop": lambda: True}, "stopped", False),
+        ({"batch_size": 1, "max_batches": 1}, "has_more", True),
+    ],
+)
+def test_stopped_and_has_more_runs_are_counted_by_outcome(textfile, limits, outcome, counts_as_success):
+    catalog_with_overdue_cards()
+
+    purge(**limits)
+
+    written = read_textfile(textfile)
+    assert written.value(RUNS, outcome=outcome) == 1
+    assert written.value(RUNS, outcome="completed") == 0
+    assert (written.value(LAST_SUCCESS) is not None) == counts_as_success
+
+
+def test_without_a_sink_a_run_measures_nothing_for_metrics(settings):
+    settings.PROMETHEUS_PUSHGATEWAY_URL = ""
+    settings.DELISTED_RETENTION_METRICS_TEXTFILE = ""
+
+    with CaptureQueriesContext(connection) as queries:
+        purge()
+
+    assert not any("MIN(" in query["sql"] for query in queries.captured_queries)  # no backlog aggregate
