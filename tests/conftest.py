@@ -5,8 +5,11 @@ import sys
 from datetime import timedelta
 from pathlib import Path
 
+import threading
+from contextlib import contextmanager
+
 import pytest
-from django.db import connection
+from django.db import connection, connections, transaction
 
 from retention.service import purge_delisted_cards
 
@@ -92,3 +95,28 @@ def staff_client(client, django_user_model):
     user = django_user_model.objects.create_user("staff", password="pw", is_staff=True, is_superuser=True)
     client.force_login(user)
     return client
+
+
+@contextmanager
+def held_in_another_transaction(operation):
+    """Run `operation` in a transaction on a second connection (a thread) and keep that transaction open, with
+    its row locks, until the block ends."""
+    done, release = threading.Event(), threading.Event()
+
+    def run_and_hold():
+        try:
+            with transaction.atomic():
+                operation()
+                done.set()
+                release.wait(timeout=30)
+        finally:
+            connections.close_all()
+
+    source = threading.Thread(target=run_and_hold)
+    source.start()
+    try:
+        assert done.wait(timeout=30), "the operation did not finish"
+        yield
+    finally:
+        release.set()
+        source.join(timeout=30)

@@ -1,11 +1,10 @@
 """The domain operations that stand in for the source-event consumers."""
 
-import threading
 import uuid
 from datetime import timedelta
 
 import pytest
-from django.db import connections, transaction
+from django.db import transaction
 from django.utils import timezone
 
 from catalog.models import CardStatus, ProjectCard, PropertyObjectCard
@@ -17,6 +16,7 @@ from catalog.operations import (
     upsert_project,
     upsert_property_object,
 )
+from tests.conftest import held_in_another_transaction
 from tests.factories import ProjectCardFactory, PropertyObjectCardFactory
 
 pytestmark = pytest.mark.django_db
@@ -103,25 +103,9 @@ def test_delisting_a_project_cascades_to_its_objects_with_one_updated_at():
 @pytest.mark.django_db(transaction=True)
 def test_object_upsert_holds_its_project_so_a_purge_cannot_lock_it():
     project = ProjectCardFactory(status=CardStatus.DELISTED, updated_at=LONG_AGO)
-    writing, release = threading.Event(), threading.Event()
+    new_object = {"object_id": uuid.uuid4(), "project_id": project.id, "title": "Flat"}
 
-    def upsert_and_hold():
-        try:
-            with transaction.atomic():
-                upsert_property_object(object_id=uuid.uuid4(), project_id=project.id, title="Flat")
-                writing.set()
-                release.wait(timeout=30)
-        finally:
-            connections.close_all()
-
-    source = threading.Thread(target=upsert_and_hold)
-    source.start()
-    try:
-        assert writing.wait(timeout=30)
-        with transaction.atomic():
-            locked = list(ProjectCard.objects.select_for_update(skip_locked=True).filter(id=project.id))
-    finally:
-        release.set()
-        source.join(timeout=30)
+    with held_in_another_transaction(lambda: upsert_property_object(**new_object)), transaction.atomic():
+        locked = list(ProjectCard.objects.select_for_update(skip_locked=True).filter(id=project.id))
 
     assert locked == []

@@ -1,10 +1,9 @@
 """The design document's test table, against the service on the real PostgreSQL."""
 
-import threading
 from datetime import datetime, timedelta, timezone
 
 import pytest
-from django.db import connection, connections, transaction
+from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from catalog.models import (
@@ -17,7 +16,7 @@ from catalog.models import (
 )
 from catalog.operations import UpsertOutcome, upsert_property_object
 from retention.service import PurgeSettingsError, StopReason
-from tests.conftest import purge
+from tests.conftest import held_in_another_transaction, purge
 from tests.factories import (
     BuildingDisplayOverrideFactory,
     DeveloperRankingRuleFactory,
@@ -314,25 +313,11 @@ def test_restore_holding_the_row_lock_wins_and_the_card_survives():
     restored_card, other = PropertyObjectCardFactory.create_batch(
         2, project_id=project.id, status=CardStatus.DELISTED, updated_at=LONG_AGO
     )
-    locked, release = threading.Event(), threading.Event()
+    def restore():
+        upsert_property_object(object_id=restored_card.id, project_id=project.id, title="Back on sale")
 
-    def restore_and_hold():
-        try:
-            with transaction.atomic():
-                upsert_property_object(object_id=restored_card.id, project_id=project.id, title="Back on sale")
-                locked.set()
-                release.wait(timeout=30)
-        finally:
-            connections.close_all()
-
-    source = threading.Thread(target=restore_and_hold)
-    source.start()
-    try:
-        assert locked.wait(timeout=30)
+    with held_in_another_transaction(restore):
         result = purge(now=NOW)
-    finally:
-        release.set()
-        source.join(timeout=30)
 
     assert result.deleted_property_object_cards == 1
     assert not PropertyObjectCard.objects.filter(id=other.id).exists()
