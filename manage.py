@@ -1,5 +1,6 @@
 #!/usr/bin/env python
 """Django's command-line utility for administrative tasks."""
+import logging
 import os
 import sys
 
@@ -15,6 +16,10 @@ def main():
         # A bad deploy setting is an operator's mistake, not a bug: one line, exit 2.
         print(f"configuration error: {error}", file=sys.stderr)
         sys.exit(2)
+    except Exception:
+        # Through logging, so that with LOG_FORMAT=json even a traceback is one JSON line.
+        logging.getLogger("manage").exception("unexpected error")
+        sys.exit(1)
 
 
 if __name__ == "__main__":

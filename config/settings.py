@@ -9,6 +9,8 @@ from pathlib import Path
 import environ
 from django.core.exceptions import ImproperlyConfigured
 
+from config.numbers import decimal_number, whole_number
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 env = environ.Env()
@@ -18,19 +20,19 @@ POSTGRES_SCHEMES = ("postgres", "postgresql", "pgsql", "psql")
 
 
 def env_int(name: str, default: int) -> int:
-    raw = env.str(name, default=str(default)).strip()
+    raw = env.str(name, default=str(default))
     try:
-        return int(raw)
+        return whole_number(raw)
     except ValueError:
-        raise ImproperlyConfigured(f"{name} must be a whole number, got {raw!r}") from None
+        raise ImproperlyConfigured(f"{name} must be a whole number in plain digits, got {raw!r}") from None
 
 
 def env_float(name: str, default: float) -> float:
-    raw = env.str(name, default=str(default)).strip()
+    raw = env.str(name, default=str(default))
     try:
-        return float(raw)
+        return decimal_number(raw)
     except ValueError:
-        raise ImproperlyConfigured(f"{name} must be a number, got {raw!r}") from None
+        raise ImproperlyConfigured(f"{name} must be a decimal number in plain digits, got {raw!r}") from None
 
 
 def env_bool(name: str, default: bool) -> bool:
@@ -120,6 +122,10 @@ WSGI_APPLICATION = "config.wsgi.application"
 DATABASES = {
     "default": database_from_url("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/catalog"),
 }
+# The retention job's own connection, when the web app reaches PostgreSQL through a transaction-pooling PgBouncer:
+# the job needs a real session for its advisory lock (README: The advisory lock). Direct, or a session-pooling pool.
+if env.str("DELISTED_RETENTION_DATABASE_URL", default=""):
+    DATABASES["retention"] = database_from_url("DELISTED_RETENTION_DATABASE_URL", "")
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
@@ -148,10 +154,17 @@ DELISTED_RETENTION_BATCH_SIZE = env_int("DELISTED_RETENTION_BATCH_SIZE", 2000)
 DELISTED_RETENTION_MAX_BATCHES_PER_RUN = env_int("DELISTED_RETENTION_MAX_BATCHES_PER_RUN", 100)
 DELISTED_RETENTION_MAX_RUN_DURATION_SECONDS = env_int("DELISTED_RETENTION_MAX_RUN_DURATION_SECONDS", 1200)
 DELISTED_RETENTION_BATCH_PAUSE_MS = env_int("DELISTED_RETENTION_BATCH_PAUSE_MS", 0)
+DELISTED_RETENTION_BATCH_PAUSE_FACTOR = env_float("DELISTED_RETENTION_BATCH_PAUSE_FACTOR", 0)
+# 0: the job does not look at the standbys' replication lag.
+DELISTED_RETENTION_MAX_REPLICA_LAG_SECONDS = env_int("DELISTED_RETENTION_MAX_REPLICA_LAG_SECONDS", 0)
+DELISTED_RETENTION_REPLICA_LAG_WAIT_SECONDS = env_int("DELISTED_RETENTION_REPLICA_LAG_WAIT_SECONDS", 300)
 # Bound every batch transaction: a stuck batch gives up instead of holding its row locks.
 DELISTED_RETENTION_STATEMENT_TIMEOUT_MS = env_int("DELISTED_RETENTION_STATEMENT_TIMEOUT_MS", 60_000)
 DELISTED_RETENTION_LOCK_TIMEOUT_MS = env_int("DELISTED_RETENTION_LOCK_TIMEOUT_MS", 5_000)
-DELISTED_RETENTION_LOCK_DATABASE = env.str("DELISTED_RETENTION_LOCK_DATABASE", default="default")
+# The database alias the job runs on (lock, batches, counts); `purge_delisted --database` overrides it per run.
+DELISTED_RETENTION_LOCK_DATABASE = env.str(
+    "DELISTED_RETENTION_LOCK_DATABASE", default="retention" if "retention" in DATABASES else "default"
+)
 if DELISTED_RETENTION_LOCK_DATABASE not in DATABASES:
     raise ImproperlyConfigured(
         f"DELISTED_RETENTION_LOCK_DATABASE must name a configured database ({', '.join(DATABASES)}), "
@@ -173,13 +186,10 @@ if LOG_FORMAT not in ("text", "json"):
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
+    # Both: ISO 8601 UTC timestamps, structured fields (`extra`) rendered once, every line at most 8 KiB.
     "formatters": {
-        "text": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
-        "json": {
-            "()": "pythonjsonlogger.json.JsonFormatter",
-            "fmt": "%(asctime)s %(levelname)s %(name)s %(message)s",
-            "rename_fields": {"asctime": "time", "levelname": "level", "name": "logger"},
-        },
+        "text": {"()": "config.logging.TextFormatter"},
+        "json": {"()": "config.logging.JsonFormatter"},
     },
     "handlers": {
         # stderr: a command's result owns stdout.

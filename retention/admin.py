@@ -4,7 +4,6 @@ partial indexes, one held-back count, and the dry-run preview, itself a fixed se
 
 import math
 
-from django.conf import settings
 from django.contrib import admin
 from django.core.exceptions import PermissionDenied
 from django.template.response import TemplateResponse
@@ -12,32 +11,28 @@ from django.urls import path
 
 from catalog.admin import ReadOnlyAdmin
 from retention.backlog import compute_cutoff, measure_backlog
-from retention.conf import SETTING_OF_LIMIT, UNIT_OF_LIMIT, limits_from_settings
+from retention.limits import PurgeLimits, PurgeLimitsError, settings_rows
 from retention.models import DelistedRetention
-from retention.service import PurgeSettingsError, count_projects_held_back, purge_delisted_cards, validate_limits
+from retention.service import purge_delisted_cards
 
 
 def backlog_report(*, using: str = "default") -> dict:
     """The page's content at the limits the settings give (what the nightly run uses)."""
-    limit_rows = [
-        (setting, getattr(settings, setting), UNIT_OF_LIMIT.get(limit, ""))
-        for limit, setting in SETTING_OF_LIMIT.items()
-    ]
+    limit_rows = settings_rows()
     try:
-        limits = limits_from_settings()
-        validate_limits(**limits)
-    except PurgeSettingsError as error:
-        return {"limit_rows": limit_rows, "settings_error": f"{SETTING_OF_LIMIT[error.field]}: {error}"}
-    cutoff = compute_cutoff(limits["retention"], None, using)
+        limits = PurgeLimits.from_settings()
+    except PurgeLimitsError as error:
+        return {"limit_rows": limit_rows, "settings_error": str(error)}
+    cutoff = compute_cutoff(limits.retention, None, using)
     backlog = measure_backlog(cutoff=cutoff, using=using)
-    cards_per_run = limits["batch_size"] * limits["max_batches"]
+    cards_per_run = limits.batch_size * limits.max_batches
     return {
         "limit_rows": limit_rows,
         "backlog": backlog,
-        "projects_held_back": count_projects_held_back(cutoff, using),
+        "projects_held_back": backlog.projects.held_back,
         "cards_per_run": cards_per_run,
         "nightly_runs_needed": math.ceil(backlog.overdue_cards / cards_per_run),
-        "preview": purge_delisted_cards(dry_run=True, using=using, **limits),
+        "preview": purge_delisted_cards(limits, dry_run=True, using=using),
     }
 
 

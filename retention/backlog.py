@@ -1,17 +1,35 @@
-"""What is waiting for the retention job: Delisted cards per kind, how many are past the cutoff, the oldest.
+"""What is waiting for the retention job: Delisted cards per kind, how many are past the cutoff, the oldest, and the
+overdue projects held back by a remaining property-object card.
 
-Read-only and cheap whatever the table sizes: one aggregate per kind over the partial index
-`(updated_at, id) WHERE status = 'Delisted'`. Shared by the job's metrics, the web `/metrics` collector, the admin
-page and the command's progress bar.
+Read-only and cheap whatever the table sizes: one statement, aggregates over the partial indexes
+`(updated_at, id) WHERE status = 'Delisted'`. A run counts it twice (start and end) and shares each count between
+its result, its metrics and the progress bar; the web `/metrics` collector and the admin page use it too.
 """
 
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.db import connections
-from django.db.models import Count, Min, Q
 
-from catalog.models import CardStatus, ProjectCard, PropertyObjectCard
+MEASURE_BACKLOG = """
+WITH objects AS (
+    SELECT count(*) AS delisted, count(*) FILTER (WHERE updated_at < %(cutoff)s) AS overdue,
+           min(updated_at) AS oldest_delisted_at
+      FROM catalog.property_object_cards WHERE status = 'Delisted'
+), projects AS (
+    SELECT count(*) AS delisted, count(*) FILTER (WHERE updated_at < %(cutoff)s) AS overdue,
+           min(updated_at) AS oldest_delisted_at,
+           count(*) FILTER (WHERE updated_at < %(cutoff)s AND EXISTS (
+               SELECT FROM catalog.property_object_cards AS po WHERE po.project_id = card.id
+           )) AS held_back
+      FROM catalog.project_cards AS card WHERE status = 'Delisted'
+)
+SELECT objects.delisted, objects.overdue, objects.oldest_delisted_at,
+       projects.delisted, projects.overdue, projects.oldest_delisted_at, projects.held_back
+  FROM objects, projects
+"""
 
 
 @dataclass(frozen=True)
@@ -19,6 +37,7 @@ class KindBacklog:
     delisted: int
     overdue: int
     oldest_delisted_at: datetime | None
+    held_back: int = 0  # overdue, but kept while a property-object card of theirs remains (projects only)
 
 
 @dataclass(frozen=True)
@@ -32,25 +51,29 @@ class Backlog:
         return self.property_objects.overdue + self.projects.overdue
 
 
-def compute_cutoff(retention: timedelta, now: datetime | None, using: str) -> datetime:
+def plain_cursor(using: str) -> Callable[[], AbstractContextManager]:
+    return lambda: connections[using].cursor()
+
+
+def compute_cutoff(
+    retention: timedelta, now: datetime | None, using: str = "default",
+    transaction: Callable[[], AbstractContextManager] | None = None,
+) -> datetime:
     """`now() - retention` on the database clock (`now` replaces that clock in tests only)."""
-    with connections[using].cursor() as cursor:
+    with (transaction or plain_cursor(using))() as cursor:
         cursor.execute("SELECT coalesce(%s, now()) - %s", [now, retention])
         return cursor.fetchone()[0]
 
 
-def measure_backlog(*, cutoff: datetime, using: str = "default") -> Backlog:
+def measure_backlog(
+    *, cutoff: datetime, using: str = "default", transaction: Callable[[], AbstractContextManager] | None = None
+) -> Backlog:
+    """The backlog in one statement; `transaction` (a run's bounded transaction) runs it under the run's timeouts."""
+    with (transaction or plain_cursor(using))() as cursor:
+        cursor.execute(MEASURE_BACKLOG, {"cutoff": cutoff})
+        objects_delisted, objects_overdue, objects_oldest, *projects = cursor.fetchone()
     return Backlog(
         cutoff=cutoff,
-        property_objects=measure_kind(PropertyObjectCard, cutoff, using),
-        projects=measure_kind(ProjectCard, cutoff, using),
+        property_objects=KindBacklog(objects_delisted, objects_overdue, objects_oldest),
+        projects=KindBacklog(*projects),
     )
-
-
-def measure_kind(model, cutoff: datetime, using: str) -> KindBacklog:
-    counts = model.objects.using(using).filter(status=CardStatus.DELISTED).aggregate(
-        delisted=Count("id"),
-        overdue=Count("id", filter=Q(updated_at__lt=cutoff)),
-        oldest_delisted_at=Min("updated_at"),
-    )
-    return KindBacklog(**counts)

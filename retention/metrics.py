@@ -9,8 +9,9 @@ Counters and the duration histogram are cumulative across runs: each export read
 this run, and writes the sum, so `increase()` and `rate()` work as on any counter (a Pushgateway restarted without
 persistence is an ordinary counter reset). Two exports racing (a lock-busy run beside the running one) can lose
 one increment; that is the price of not running an aggregating gateway. Gauges hold the latest run's values. The
-backlog is measured and exported when a run starts and again when it ends. A failed run exports its outcome and
-duration; what its committed batches deleted shows in the backlog and in the run's log, not in the counters.
+backlog the run counted at its start and at its end is exported with each. A failed run exports its outcome, its
+duration and what its committed batches deleted. A sink holding garbage is rewritten whole, with a warning; the whole
+export of a run is bounded by EXPORT_TIMEOUT_SECONDS.
 
 The web app reports the backlog live through BacklogCollector (registered by the app config), cached so that
 scrapes cannot hammer the database.
@@ -24,7 +25,7 @@ import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 
 from django.conf import settings
@@ -34,7 +35,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
+from config.logging import RunLog
 from retention.backlog import Backlog, compute_cutoff, measure_backlog
+from retention.limits import PurgeLimits
+from retention.results import SUCCESSFUL_OUTCOMES, Outcome, PurgeResult
 
 logger = logging.getLogger(__name__)
 
@@ -68,30 +72,12 @@ COUNTERS = (DELETED_PROPERTY_OBJECT_CARDS, DELETED_PROJECT_CARDS, DELETED_OVERRI
 GAUGES = (BATCHES_PROCESSED, LAST_SUCCESS, MAX_RUN_DURATION)
 
 
-class Outcome:
-    COMPLETED = "completed"
-    HAS_MORE = "has_more"
-    STOPPED = "stopped"
-    LOCK_BUSY = "lock_busy"
-    FAILED = "failed"
-
-
-OUTCOMES = (Outcome.COMPLETED, Outcome.HAS_MORE, Outcome.STOPPED, Outcome.LOCK_BUSY, Outcome.FAILED)
-SUCCESSFUL_OUTCOMES = (Outcome.COMPLETED, Outcome.HAS_MORE)
-
 # Seconds; MaxRunDuration defaults to 1200.
 DURATION_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 900, 1200, 1800, 3600, math.inf)
 BACKLOG_SERIES = tuple((kind, scope) for kind in ("property_object", "project") for scope in ("delisted", "overdue"))
-PUSH_TIMEOUT_SECONDS = 10
+# One bound for a run's whole export, all sinks together: a gateway that accepts and never answers costs no more.
+EXPORT_TIMEOUT_SECONDS = 10
 BACKLOG_CACHE_SECONDS = 30
-
-
-def outcome_of(result) -> str:
-    """The outcome of a run that returned a result. The stop reasons `lock_busy` and `stopped` (a signal) are
-    outcomes as they are; a run that ran dry or stopped on a limit completed, or has more when it left work."""
-    if result.stop_reason in (Outcome.LOCK_BUSY, Outcome.STOPPED):
-        return result.stop_reason
-    return Outcome.HAS_MORE if result.has_more else Outcome.COMPLETED
 
 
 def backlog_values(backlog: Backlog) -> dict[tuple[str, str], float]:
@@ -116,7 +102,7 @@ class JobMetrics(Collector):
     seen, gauges as the latest run left them. Every outcome is always exported (zero until it happens), so the
     first failure is an increase, not the birth of a series."""
 
-    runs: dict[str, float] = field(default_factory=lambda: dict.fromkeys(OUTCOMES, 0.0))
+    runs: dict[str, float] = field(default_factory=lambda: dict.fromkeys(Outcome, 0.0))
     counters: dict[str, float] = field(default_factory=lambda: dict.fromkeys(COUNTERS, 0.0))
     gauges: dict[str, float] = field(default_factory=dict)
     # Cumulative count per upper bound (a Pushgateway writes le="1" where this client writes le="1.0").
@@ -142,7 +128,7 @@ class JobMetrics(Collector):
         elif name in GAUGES:
             self.gauges[name] = value
         elif name == RUNS and labels.get("outcome") in self.runs:
-            self.runs[labels["outcome"]] = value
+            self.runs[Outcome(labels["outcome"])] = value
         elif name == f"{RUN_DURATION}_bucket" and float(labels.get("le", "nan")) in self.duration_buckets:
             self.duration_buckets[float(labels["le"])] = value
         elif name == f"{RUN_DURATION}_sum":
@@ -150,20 +136,19 @@ class JobMetrics(Collector):
         elif name == BACKLOG and (labels.get("kind"), labels.get("scope")) in BACKLOG_SERIES:
             self.backlog[labels["kind"], labels["scope"]] = value
 
-    def add_run(self, *, outcome: str, duration_seconds: float | None, result, max_duration: timedelta) -> None:
-        """Count one run. `duration_seconds` is None when the run never took the lock; `result` is None when it
-        failed."""
+    def add_run(self, result: PurgeResult, *, max_duration: timedelta) -> None:
+        """Count one run, a failed one included: what its committed batches deleted is final."""
+        outcome = result.outcome
         self.runs[outcome] += 1
         if outcome == Outcome.LOCK_BUSY:
             self.counters[LOCK_CONTENTION] += 1
             return
-        self.observe_duration(duration_seconds)
+        self.observe_duration(result.duration_seconds)
         self.gauges[MAX_RUN_DURATION] = max_duration.total_seconds()
-        if result is not None:
-            self.counters[DELETED_PROPERTY_OBJECT_CARDS] += result.deleted_property_object_cards
-            self.counters[DELETED_PROJECT_CARDS] += result.deleted_project_cards
-            self.counters[DELETED_OVERRIDES] += result.deleted_overrides
-            self.gauges[BATCHES_PROCESSED] = result.batches_processed
+        self.counters[DELETED_PROPERTY_OBJECT_CARDS] += result.deleted_property_object_cards
+        self.counters[DELETED_PROJECT_CARDS] += result.deleted_project_cards
+        self.counters[DELETED_OVERRIDES] += result.deleted_overrides
+        self.gauges[BATCHES_PROCESSED] = result.batches_processed
         if outcome in SUCCESSFUL_OUTCOMES:
             self.gauges[LAST_SUCCESS] = time.time()
 
@@ -195,6 +180,10 @@ def registry_of(metrics: JobMetrics) -> CollectorRegistry:
     return registry
 
 
+class CorruptSink(ValueError):
+    """A sink holds something that is not the job's exposition."""
+
+
 @dataclass(frozen=True)
 class Textfile:
     path: Path
@@ -202,10 +191,15 @@ class Textfile:
     def __str__(self) -> str:
         return f"textfile {self.path}"
 
-    def read(self) -> JobMetrics:
-        return JobMetrics.parse(self.path.read_text()) if self.path.exists() else JobMetrics()
+    def read(self, timeout: float) -> JobMetrics:
+        if not self.path.exists():
+            return JobMetrics()
+        try:
+            return JobMetrics.parse(self.path.read_text())
+        except (ValueError, UnicodeDecodeError) as error:
+            raise CorruptSink(str(error)) from error
 
-    def write(self, metrics: JobMetrics) -> None:
+    def write(self, metrics: JobMetrics, timeout: float) -> None:
         write_to_textfile(str(self.path), registry_of(metrics))  # temp file beside it + rename
 
 
@@ -216,13 +210,13 @@ class Pushgateway:
     def __str__(self) -> str:
         return f"Pushgateway {self.url}"
 
-    def read(self) -> JobMetrics:
+    def read(self, timeout: float) -> JobMetrics:
         base = self.url if "://" in self.url else f"http://{self.url}"
-        with urllib.request.urlopen(f"{base.rstrip('/')}/metrics", timeout=PUSH_TIMEOUT_SECONDS) as response:
+        with urllib.request.urlopen(f"{base.rstrip('/')}/metrics", timeout=timeout) as response:
             return JobMetrics.parse(response.read().decode(), job=JOB)
 
-    def write(self, metrics: JobMetrics) -> None:
-        pushadd_to_gateway(self.url, job=JOB, registry=registry_of(metrics), timeout=PUSH_TIMEOUT_SECONDS)
+    def write(self, metrics: JobMetrics, timeout: float) -> None:
+        pushadd_to_gateway(self.url, job=JOB, registry=registry_of(metrics), timeout=timeout)
 
 
 def configured_sinks() -> list[Textfile | Pushgateway]:
@@ -235,62 +229,51 @@ def configured_sinks() -> list[Textfile | Pushgateway]:
 
 
 class RunMetrics:
-    """The metrics of one run, handed to the sinks the settings switch on. With none, nothing is measured.
+    """The metrics of one run, handed to the sinks the settings switch on. The service measures the backlog itself
+    (once at the start, once at the end) and hands each count over: metrics never count on their own.
 
-    The service calls run_started once it holds the lock, then exactly one of run_finished (also for a lock-busy
-    skip) or run_failed. Its warnings carry the run's run_id.
+    The service calls run_started once it holds the lock, then run_finished exactly once (a lock-busy skip and a
+    failed run included). Its warnings carry the run's run_id.
     """
 
-    def __init__(self, *, run_id: uuid.UUID, max_duration: timedelta, using: str):
+    def __init__(self, *, run_id: uuid.UUID, max_duration: timedelta):
         self.sinks = configured_sinks()
         self.max_duration = max_duration
-        self.log = logging.LoggerAdapter(logger, {"run_id": str(run_id)})
-        self.using = using
-        self.started = time.monotonic()
+        self.log = RunLog(logger, {"run_id": str(run_id)})
 
-    def run_started(self, cutoff: datetime) -> None:
-        self.started = time.monotonic()
-        self.export(backlog=self.measure(cutoff))
+    def run_started(self, backlog: Backlog) -> None:
+        self.export(backlog=backlog)
 
-    def run_finished(self, result) -> None:
-        outcome = outcome_of(result)
-        self.export(
-            outcome=outcome,
-            duration_seconds=None if outcome == Outcome.LOCK_BUSY else result.duration_seconds,
-            result=result,
-            backlog=self.measure(result.cutoff) if result.cutoff else None,
-        )
+    def run_finished(self, result: PurgeResult, backlog: Backlog | None = None) -> None:
+        self.export(result=result, backlog=backlog)
 
-    def run_failed(self) -> None:
-        # No measuring: the database may be what failed.
-        self.export(outcome=Outcome.FAILED, duration_seconds=time.monotonic() - self.started)
-
-    def measure(self, cutoff: datetime) -> Backlog | None:
-        if not self.sinks:
-            return None
-        try:
-            return measure_backlog(cutoff=cutoff, using=self.using)
-        except Exception as error:
-            self.log.warning("backlog not measured for metrics: %s", error)
-            return None
-
-    def export(
-        self, *, outcome: str | None = None, duration_seconds: float | None = None, result=None,
-        backlog: Backlog | None = None,
-    ) -> None:
+    def export(self, *, result: PurgeResult | None = None, backlog: Backlog | None = None) -> None:
+        deadline = time.monotonic() + EXPORT_TIMEOUT_SECONDS
         for sink in self.sinks:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                self.log.warning(
+                    "metrics not exported: the export took its whole %s s", EXPORT_TIMEOUT_SECONDS,
+                    extra={"sink": str(sink)},
+                )
+                continue
             try:
-                metrics = sink.read()
+                try:
+                    metrics = sink.read(timeout=left)
+                except CorruptSink as error:
+                    self.log.warning("metrics sink unreadable, rewritten whole", extra={"sink": str(sink),
+                                                                                       "error": str(error)})
+                    metrics = JobMetrics()
                 if backlog is not None:
                     metrics.backlog = backlog_values(backlog)
-                if outcome is not None:
-                    metrics.add_run(
-                        outcome=outcome, duration_seconds=duration_seconds, result=result,
-                        max_duration=self.max_duration,
-                    )
-                sink.write(metrics)
+                if result is not None:
+                    metrics.add_run(result, max_duration=self.max_duration)
+                sink.write(metrics, timeout=max(0.001, deadline - time.monotonic()))
             except Exception as error:
-                self.log.warning("metrics not exported to %s: %s", sink, error)
+                self.log.warning(
+                    "metrics not exported: %s", error,
+                    extra={"sink": str(sink), "timeout_seconds": EXPORT_TIMEOUT_SECONDS},
+                )
 
 
 class BacklogCollector(Collector):
@@ -319,8 +302,8 @@ class BacklogCollector(Collector):
 
     def measure_now(self) -> dict[tuple[str, str], float] | None:
         try:
-            retention = timedelta(days=settings.DELISTED_RETENTION_PERIOD_DAYS)
-            return backlog_values(measure_backlog(cutoff=compute_cutoff(retention, None, "default")))
+            retention = PurgeLimits.from_settings().retention
+            return backlog_values(measure_backlog(cutoff=compute_cutoff(retention, None)))
         except Exception as error:
             # A scrape must not fail: the series is absent until the next measurement works.
             logger.warning("catalog_delisted_backlog not measured: %s", error)

@@ -10,211 +10,227 @@ Deletion is irreversible, so the safety design is explicit:
   batches stay committed; the next run resumes from the data (no checkpoint, no audit, no outbox rows).
 * The DELETE finds the locked rows by their row address (`ctid`), which cannot change while this transaction
   holds their row locks: no UPDATE or DELETE can touch them, and VACUUM never moves a live row.
-* Property objects go first (phase A), projects second (phase B). A project that still has any property-object
-  card is never selected, and the project DELETE re-checks that in a new statement, after its rows are locked:
-  an object upsert holds its project `FOR KEY SHARE`, so once the project is locked no object can appear
-  under it, and any that appeared before is visible to the re-check. No property object is left dangling.
+* Property objects go first, projects second. A project that still has any property-object card is never
+  selected, and the project DELETE re-checks that in a new statement, after its rows are locked: an object upsert
+  holds its project `FOR KEY SHARE`, so once the project is locked no object can appear under it, and any that
+  appeared before is visible to the re-check. No property object is left dangling. Last, the job sweeps display
+  overrides whose card is gone (written by a writer that did not follow catalog.operations' protocol).
 * A source upsert that holds a row lock wins: SKIP LOCKED passes over the row, and once restored the row no
   longer matches the predicate. If the job locks first, the card is deleted and the upsert creates a fresh one.
+* The run holds the advisory lock on its own session, and each batch checks in its first statement that it runs on
+  that session (retention.locks): behind a transaction-pooling PgBouncer the job refuses instead of overlapping.
+* Every statement runs under lock_timeout and a statement_timeout no longer than what is left of the run, and a
+  stop request (SIGTERM) cancels the statement in flight.
+* A batch that fails for a data reason (a trigger raising, a constraint) is split in halves, each its own
+  transaction, until the culprit cards are isolated: the rest is deleted, the culprits are logged and left, and the
+  run counts as failed. An infrastructure error (connection lost, a timeout, a deadlock) ends the run.
 """
 
+import dataclasses
 import logging
 import math
+import threading
 import time
 import uuid
-from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TypeVar
 
-from django.db import connections, transaction
-from django.db.models import Exists, OuterRef, QuerySet
-from django.db.models.expressions import RawSQL
-from psycopg import sql
+from django.conf import settings
+from django.db import DatabaseError, OperationalError, connections, transaction
 
-from catalog.models import (
-    BuildingDisplayOverride,
-    CardStatus,
-    ProjectCard,
-    PropertyObjectCard,
-    PropertyObjectDisplayOverride,
-)
-from retention.backlog import compute_cutoff
-from retention.locks import advisory_lock
+from config.logging import RunLog
+from retention.backlog import Backlog, compute_cutoff, measure_backlog
+from retention.limits import PurgeLimits
+from retention.locks import SESSION_MARKER, LockSession, PooledSessionError, advisory_lock
 from retention.metrics import RunMetrics
+from retention.results import Culprit, PurgeFailed, PurgeResult, StopReason
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 LOCK_NAME = "job:scheduled:catalog-delisted-retention"
-MAX_BATCH_SIZE = 10_000
-# Beyond these bounds a limit is a typo, not a choice; some would overflow the database or the clock.
-MAX_RETENTION = timedelta(days=36_500)
-MAX_BATCHES_PER_RUN = 1_000_000
-MAX_RUN_DURATION = timedelta(hours=24)  # a nightly run must end before the next one is due
-MAX_BATCH_PAUSE = timedelta(minutes=1)
-MAX_TIMEOUT = timedelta(milliseconds=2**31 - 1)  # the largest statement_timeout / lock_timeout PostgreSQL takes
-
-
-class PurgeSettingsError(ValueError):
-    """A limit of the run is out of range. Raised before anything is locked or touched."""
-
-    def __init__(self, field: str, message: str):
-        super().__init__(message)
-        self.field = field
-
-
-class StopReason:
-    COMPLETED = "completed"
-    MAX_BATCHES = "max_batches"
-    MAX_DURATION = "max_duration"
-    STOPPED = "stopped"
-    LOCK_BUSY = "lock_busy"
-
-
-@dataclass(frozen=True)
-class PurgeResult:
-    """What a run did (or, with dry_run, would do). Deleted-override counts include soft-deleted overrides."""
-
-    run_id: uuid.UUID
-    cutoff: datetime | None
-    stop_reason: str
-    has_more: bool = False
-    deleted_property_object_cards: int = 0
-    deleted_project_cards: int = 0
-    deleted_property_object_overrides: int = 0
-    deleted_building_overrides: int = 0
-    batches_processed: int = 0
-    projects_held_back: int = 0
-    overdue_property_object_cards: int = 0
-    overdue_project_cards: int = 0
-    duration_seconds: float = 0.0
-    dry_run: bool = False
-
-    @property
-    def deleted_overrides(self) -> int:
-        return self.deleted_property_object_overrides + self.deleted_building_overrides
-
-    def as_dict(self) -> dict[str, Any]:
-        fields = asdict(self)
-        fields["run_id"] = str(self.run_id)
-        fields["cutoff"] = self.cutoff.isoformat() if self.cutoff else None
-        fields["deleted_overrides"] = self.deleted_overrides
-        return fields
-
-
-def validate_limits(
-    *,
-    retention: timedelta,
-    batch_size: int,
-    max_batches: int,
-    max_duration: timedelta,
-    batch_pause: timedelta = timedelta(0),
-    statement_timeout: timedelta = timedelta(minutes=1),
-    lock_timeout: timedelta = timedelta(seconds=5),
-) -> None:
-    # Each limit is reported in the unit its option and setting use.
-    if not timedelta(0) < retention <= MAX_RETENTION:
-        raise PurgeSettingsError(
-            "retention", f"retention period must be greater than zero and at most {MAX_RETENTION.days} days, "
-            f"got {retention / timedelta(days=1):.15g} days",
-        )
-    if not 1 <= batch_size <= MAX_BATCH_SIZE:
-        raise PurgeSettingsError("batch_size", f"batch size must be between 1 and {MAX_BATCH_SIZE}, got {batch_size}")
-    if not 1 <= max_batches <= MAX_BATCHES_PER_RUN:
-        raise PurgeSettingsError(
-            "max_batches", f"max batches per run must be between 1 and {MAX_BATCHES_PER_RUN}, got {max_batches}"
-        )
-    if not timedelta(0) < max_duration <= MAX_RUN_DURATION:
-        raise PurgeSettingsError(
-            "max_duration", f"max run duration must be greater than zero and at most "
-            f"{MAX_RUN_DURATION.total_seconds():.15g} seconds, got {max_duration.total_seconds():.15g} seconds",
-        )
-    if not timedelta(0) <= batch_pause <= MAX_BATCH_PAUSE:
-        raise PurgeSettingsError(
-            "batch_pause", f"batch pause must be between 0 and {milliseconds(MAX_BATCH_PAUSE)} ms, "
-            f"got {batch_pause / timedelta(milliseconds=1):.15g} ms",
-        )
-    for field, timeout in (("statement_timeout", statement_timeout), ("lock_timeout", lock_timeout)):
-        if not timedelta(0) < timeout <= MAX_TIMEOUT:
-            raise PurgeSettingsError(
-                field, f"{field.replace('_', ' ')} must be greater than zero and at most "
-                f"{milliseconds(MAX_TIMEOUT)} ms, got {timeout / timedelta(milliseconds=1):.15g} ms",
-            )
-
-
-def overdue(model, cutoff: datetime) -> QuerySet:
-    return model.objects.filter(status=CardStatus.DELISTED, updated_at__lt=cutoff)
-
-
-def overdue_property_objects(cutoff: datetime) -> QuerySet:
-    return overdue(PropertyObjectCard, cutoff)
-
-
-def overdue_projects(cutoff: datetime) -> QuerySet:
-    """Overdue projects that have no property-object card left (of any status)."""
-    return overdue(ProjectCard, cutoff).exclude(Exists(PropertyObjectCard.objects.filter(project_id=OuterRef("id"))))
-
-
-def delete_statement(*, cards: str, overrides: str, override_key: str, guard: str = "") -> str:
-    """One statement deleting the locked batch's cards (predicate repeated) and the overrides of exactly the
-    cards it deleted. Parameters: the locked rows' addresses as a tid[] literal, then the cutoff.
-
-    By address, not by `id = ANY(ids)`: a TID scan reads each row's heap page directly. Given the ids, the planner
-    combined the primary key with the partial index (a BitmapAnd reading every overdue entry), so a batch cost
-    grew with the backlog and, through primary-key pages out of cache, with the table."""
-    return (
-        sql.SQL(
-            """
-            WITH deleted_cards AS (
-                DELETE FROM {cards} AS card
-                 WHERE card.ctid = ANY(%s::tid[])
-                   AND card.status = 'Delisted' AND card.updated_at < %s {guard}
-                RETURNING card.id
-            ), deleted_overrides AS (
-                DELETE FROM {overrides}
-                 WHERE {override_key} IN (SELECT id FROM deleted_cards)
-                RETURNING 1
-            )
-            SELECT (SELECT count(*) FROM deleted_cards), (SELECT count(*) FROM deleted_overrides)
-            """
-        )
-        .format(
-            cards=sql.Identifier("catalog", cards),
-            overrides=sql.Identifier("catalog", overrides),
-            override_key=sql.Identifier(override_key),
-            guard=sql.SQL(guard),
-        )
-        .as_string(None)
-    )
+# SQLSTATE classes of errors that belong to the rows, not to the database: data exceptions (22), integrity
+# constraint violations (23), PL/pgSQL raise (P0), and XX000, what a trigger's RAISE without a code gives.
+DATA_ERROR_CLASSES = ("22", "23", "P0")
+DATA_ERROR_STATES = ("XX000",)
+UNDEFINED_OBJECT_STATES = ("42P01", "3F000")  # undefined table, invalid schema name
+QUERY_CANCELED = "57014"  # statement_timeout, or a cancel request
+# A statement bound never shorter than this, so that the end of a run can still count what it left.
+MIN_STATEMENT_TIMEOUT = timedelta(seconds=1)
+IDS_PER_LOG_LINE = 150  # ~6 KB of uuids: every log line stays under 8 KiB
+CULPRITS = "{count} card(s) cannot be deleted and were left in place; each is logged with its id and error"
+SCHEMA_MISSING = "the catalog schema is missing in database {alias!r}: run `manage.py migrate`"
+DATABASE_UNREACHABLE = "database {alias!r} is unreachable: {error}"
 
 
 @dataclass(frozen=True)
 class Phase:
+    """One kind of row the job deletes, in batches: the SQL that locks a batch and the SQL that deletes it."""
+
     name: str
-    select_overdue: Callable[[datetime], QuerySet]
-    delete_sql: str
+    lock_batch: str
+    delete_batch: str
+    deleted_overrides: str  # the PurgeResult field its overrides count into
+    deleted_cards: str | None  # the PurgeResult field its cards count into; None: it deletes overrides only
 
 
+# Parameters: cutoff, batch_size, only_ids (NULL, or the ids a split batch is narrowed to), skipped_ids (culprits
+# of this run). Ids and row addresses come back as one array text value each, not thousands of values to adapt.
 PROPERTY_OBJECTS = Phase(
     name="property_objects",
-    select_overdue=overdue_property_objects,
-    delete_sql=delete_statement(
-        cards="property_object_cards",
-        overrides="property_object_display_overrides",
-        override_key="property_object_id",
-    ),
+    lock_batch="""
+        SELECT count(*), array_agg(id)::text, array_agg(ctid)::text
+          FROM (SELECT id, ctid FROM catalog.property_object_cards
+                 WHERE status = 'Delisted' AND updated_at < %(cutoff)s
+                   AND (%(only_ids)s::uuid[] IS NULL OR id = ANY(%(only_ids)s::uuid[]))
+                   AND id <> ALL(%(skipped_ids)s::uuid[])
+                 ORDER BY updated_at, id
+                 LIMIT %(batch_size)s
+                 FOR UPDATE SKIP LOCKED) AS batch
+    """,
+    delete_batch="""
+        WITH deleted_cards AS (
+            DELETE FROM catalog.property_object_cards AS card
+             WHERE card.ctid = ANY(%(row_addresses)s::tid[])
+               AND card.status = 'Delisted' AND card.updated_at < %(cutoff)s
+            RETURNING card.id
+        ), deleted_overrides AS (
+            DELETE FROM catalog.property_object_display_overrides
+             WHERE property_object_id IN (SELECT id FROM deleted_cards)
+            RETURNING 1
+        )
+        SELECT (SELECT count(*) FROM deleted_cards), (SELECT count(*) FROM deleted_overrides)
+    """,
+    deleted_cards="deleted_property_object_cards",
+    deleted_overrides="deleted_property_object_overrides",
 )
 PROJECTS = Phase(
     name="projects",
-    select_overdue=overdue_projects,
-    delete_sql=delete_statement(
-        cards="project_cards",
-        overrides="building_display_overrides",
-        override_key="project_id",
-        guard="AND NOT EXISTS (SELECT FROM catalog.property_object_cards AS po WHERE po.project_id = card.id)",
-    ),
+    lock_batch="""
+        SELECT count(*), array_agg(id)::text, array_agg(ctid)::text
+          FROM (SELECT id, ctid FROM catalog.project_cards AS card
+                 WHERE status = 'Delisted' AND updated_at < %(cutoff)s
+                   AND NOT EXISTS (SELECT FROM catalog.property_object_cards AS po WHERE po.project_id = card.id)
+                   AND (%(only_ids)s::uuid[] IS NULL OR id = ANY(%(only_ids)s::uuid[]))
+                   AND id <> ALL(%(skipped_ids)s::uuid[])
+                 ORDER BY updated_at, id
+                 LIMIT %(batch_size)s
+                 FOR UPDATE SKIP LOCKED) AS batch
+    """,
+    # A new statement, so a new snapshot: it sees any object committed before the project rows were locked.
+    delete_batch="""
+        WITH deleted_cards AS (
+            DELETE FROM catalog.project_cards AS card
+             WHERE card.ctid = ANY(%(row_addresses)s::tid[])
+               AND card.status = 'Delisted' AND card.updated_at < %(cutoff)s
+               AND NOT EXISTS (SELECT FROM catalog.property_object_cards AS po WHERE po.project_id = card.id)
+            RETURNING card.id
+        ), deleted_overrides AS (
+            DELETE FROM catalog.building_display_overrides
+             WHERE project_id IN (SELECT id FROM deleted_cards)
+            RETURNING 1
+        )
+        SELECT (SELECT count(*) FROM deleted_cards), (SELECT count(*) FROM deleted_overrides)
+    """,
+    deleted_cards="deleted_project_cards",
+    deleted_overrides="deleted_building_overrides",
 )
-PHASES = (PROPERTY_OBJECTS, PROJECTS)
+# Overrides whose card is gone: left by a writer outside catalog.operations' protocol, which locks the card
+# FOR KEY SHARE and refuses a gone one. The job's own batches delete a card's overrides with it.
+ORPHAN_OBJECT_OVERRIDES = Phase(
+    name="orphan_property_object_overrides",
+    lock_batch="""
+        SELECT count(*), array_agg(id)::text, array_agg(ctid)::text
+          FROM (SELECT id, ctid FROM catalog.property_object_display_overrides AS override
+                 WHERE NOT EXISTS (SELECT FROM catalog.property_object_cards AS card
+                                    WHERE card.id = override.property_object_id)
+                   AND (%(only_ids)s::bigint[] IS NULL OR id = ANY(%(only_ids)s::bigint[]))
+                   AND id::text <> ALL(%(skipped_ids)s::text[])
+                 ORDER BY id
+                 LIMIT %(batch_size)s
+                 FOR UPDATE SKIP LOCKED) AS batch
+    """,
+    delete_batch="""
+        WITH deleted_overrides AS (
+            DELETE FROM catalog.property_object_display_overrides AS override
+             WHERE override.ctid = ANY(%(row_addresses)s::tid[])
+               AND NOT EXISTS (SELECT FROM catalog.property_object_cards AS card
+                                WHERE card.id = override.property_object_id)
+            RETURNING 1
+        )
+        SELECT 0, (SELECT count(*) FROM deleted_overrides)
+    """,
+    deleted_cards=None,
+    deleted_overrides="deleted_property_object_overrides",
+)
+ORPHAN_BUILDING_OVERRIDES = Phase(
+    name="orphan_building_overrides",
+    lock_batch="""
+        SELECT count(*), array_agg(id)::text, array_agg(ctid)::text
+          FROM (SELECT id, ctid FROM catalog.building_display_overrides AS override
+                 WHERE NOT EXISTS (SELECT FROM catalog.project_cards AS card WHERE card.id = override.project_id)
+                   AND (%(only_ids)s::bigint[] IS NULL OR id = ANY(%(only_ids)s::bigint[]))
+                   AND id::text <> ALL(%(skipped_ids)s::text[])
+                 ORDER BY id
+                 LIMIT %(batch_size)s
+                 FOR UPDATE SKIP LOCKED) AS batch
+    """,
+    delete_batch="""
+        WITH deleted_overrides AS (
+            DELETE FROM catalog.building_display_overrides AS override
+             WHERE override.ctid = ANY(%(row_addresses)s::tid[])
+               AND NOT EXISTS (SELECT FROM catalog.project_cards AS card WHERE card.id = override.project_id)
+            RETURNING 1
+        )
+        SELECT 0, (SELECT count(*) FROM deleted_overrides)
+    """,
+    deleted_cards=None,
+    deleted_overrides="deleted_building_overrides",
+)
+PHASES = (PROPERTY_OBJECTS, PROJECTS, ORPHAN_OBJECT_OVERRIDES, ORPHAN_BUILDING_OVERRIDES)
+CARD_PHASES = (PROPERTY_OBJECTS, PROJECTS)
+
+
+class StopRequest:
+    """A graceful stop, asked by SIGTERM/SIGINT (the command) or by a caller: checked before every batch and during
+    every wait, and it cancels the statement in flight, whose transaction then rolls back whole."""
+
+    def __init__(self):
+        self._requested = threading.Event()
+        self._in_flight = None  # the psycopg connection running a statement now
+
+    def request(self) -> None:
+        self._requested.set()
+        in_flight = self._in_flight
+        if in_flight is not None:
+            # From a thread: a signal handler must not block on the network.
+            threading.Thread(target=cancel_quietly, args=(in_flight,), daemon=True).start()
+
+    @property
+    def requested(self) -> bool:
+        return self._requested.is_set()
+
+    def sleep(self, seconds: float) -> None:
+        """Sleep, waking at once on a stop request."""
+        self._requested.wait(seconds)
+
+    @contextmanager
+    def cancelling(self, database_connection) -> Iterator[None]:
+        self._in_flight = database_connection
+        try:
+            yield
+        finally:
+            self._in_flight = None
+
+
+def cancel_quietly(database_connection) -> None:
+    try:
+        database_connection.cancel_safe(timeout=5)
+    except Exception as error:  # the connection may be gone; the stop flag still ends the run
+        logger.warning("could not cancel the statement in flight: %s", error)
 
 
 @dataclass(frozen=True)
@@ -224,276 +240,442 @@ class BatchOutcome:
     deleted_overrides: int
 
 
-class RunLog(logging.LoggerAdapter):
-    """Adds run_id to every record of a run as a structured field, keeping the call's own extra fields."""
+class DataError(Exception):
+    """A batch failed because of its rows: split it to find the culprits."""
 
-    def process(self, msg, kwargs):
-        kwargs["extra"] = {**self.extra, **kwargs.get("extra", {})}
-        return msg, kwargs
+    def __init__(self, error: DatabaseError, ids: list[str]):
+        super().__init__(str(error))
+        self.error = error
+        self.ids = ids
+
+
+class StopRun(Exception):
+    """A statement was cancelled because the run must stop (a stop request, or the run's duration ran out)."""
+
+    def __init__(self, reason: StopReason):
+        super().__init__(reason)
+        self.reason = reason
+
+
+@dataclass
+class Run:
+    """One run's state: its limits and clock, its database session, and what it has deleted so far."""
+
+    limits: PurgeLimits
+    using: str
+    stop: StopRequest
+    log: RunLog
+    run_id: uuid.UUID
+    started: float = field(default_factory=time.monotonic)
+    lock_session: LockSession | None = None
+    cutoff: datetime | None = None
+    counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(
+        ("deleted_property_object_cards", "deleted_project_cards", "deleted_property_object_overrides",
+         "deleted_building_overrides"), 0,
+    ))
+    batches: int = 0
+    culprits: list[Culprit] = field(default_factory=list)
+    replica_lag_wait: float = 0.0
+
+    @property
+    def application_name(self) -> str:
+        return f"purge_delisted {self.run_id}"
+
+    def left(self) -> timedelta:
+        return self.limits.max_duration - timedelta(seconds=time.monotonic() - self.started)
+
+    @contextmanager
+    def transaction(self) -> Iterator:
+        """A transaction whose every statement waits at most lock_timeout for a lock and runs at most
+        statement_timeout, and never past what is left of the run; a stop request cancels its statement."""
+        statement_timeout = max(MIN_STATEMENT_TIMEOUT, min(self.limits.statement_timeout, self.left()))
+        lock_timeout = min(self.limits.lock_timeout, statement_timeout)
+        connection = connections[self.using]
+        with transaction.atomic(using=self.using), connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT set_config('statement_timeout', %s, true), set_config('lock_timeout', %s, true),"
+                " set_config('application_name', %s, false), pg_backend_pid(), current_setting(%s, true)",
+                [f"{milliseconds(statement_timeout)}ms", f"{milliseconds(lock_timeout)}ms", self.application_name,
+                 SESSION_MARKER],
+            )
+            *_, backend_pid, marker = cursor.fetchone()
+            if self.lock_session is not None:
+                self.lock_session.verify(backend_pid, marker)
+            with self.stop.cancelling(connection.connection):
+                try:
+                    yield cursor
+                except DatabaseError as error:
+                    if sqlstate(error) == QUERY_CANCELED:
+                        if self.stop.requested:
+                            raise StopRun(StopReason.STOPPED) from error
+                        if self.left() <= timedelta(0):
+                            raise StopRun(StopReason.MAX_DURATION) from error
+                    raise
+
+    def reason_to_stop(self) -> StopReason | None:
+        if self.stop.requested:
+            return StopReason.STOPPED
+        if self.batches >= self.limits.max_batches:
+            return StopReason.MAX_BATCHES
+        if self.left() <= timedelta(0):
+            return StopReason.MAX_DURATION
+        return None
+
+    def result(self, stop_reason: StopReason, **fields) -> PurgeResult:
+        return PurgeResult(
+            run_id=self.run_id, cutoff=self.cutoff, stop_reason=stop_reason, batches_processed=self.batches,
+            culprits=tuple(self.culprits), replica_lag_wait_seconds=round(self.replica_lag_wait, 3),
+            duration_seconds=round(time.monotonic() - self.started, 3), **self.counts, **fields,
+        )
 
 
 def purge_delisted_cards(
+    limits: PurgeLimits | None = None,
     *,
-    retention: timedelta,
-    batch_size: int,
-    max_batches: int,
-    max_duration: timedelta,
     dry_run: bool = False,
     now: datetime | None = None,
-    should_stop: Callable[[], bool] | None = None,
+    stop: StopRequest | None = None,
+    on_start: Callable[[Backlog], None] | None = None,
     on_batch: Callable[[int], None] | None = None,
-    batch_pause: timedelta = timedelta(0),
-    statement_timeout: timedelta = timedelta(minutes=1),
-    lock_timeout: timedelta = timedelta(seconds=5),
-    lock_using: str = "default",
-    using: str = "default",
+    using: str | None = None,
 ) -> PurgeResult:
-    """Run the job once: validate, take the advisory lock (a busy lock is a normal skip), purge phase A then B.
+    """Run the job once on database `using` (default: DELISTED_RETENTION_LOCK_DATABASE): take the advisory lock (a
+    busy lock is a normal skip), purge property objects, then projects, then orphan overrides.
 
-    `now` replaces the database clock in tests only. `should_stop` is asked before every batch (the command wires
-    it to SIGTERM/SIGINT); `on_batch` is told how many cards each batch deleted (progress). `batch_pause` sleeps
-    between batches to leave room for live traffic. `statement_timeout` and `lock_timeout` bound each batch
-    transaction, so a stuck batch cannot hold its row locks for long. A dry run takes no lock and no row locks:
-    it counts what this run would delete. A real run hands its metrics to the sinks the settings switch on
-    (retention.metrics); a metrics failure is only a warning.
+    `limits` default to the settings: `purge_delisted_cards()` runs tonight's job. `now` replaces the database
+    clock in tests only. `stop` ends the run gracefully (the command wires it to SIGTERM/SIGINT); `on_start` gets
+    the backlog counted at the start, `on_batch` how many cards each batch deleted (progress). A dry run takes no
+    lock and no row locks: it counts what this run would delete. A real run hands its metrics to the sinks the
+    settings switch on (retention.metrics). Raises PurgeFailed when the run failed, with what it did before.
     """
-    validate_limits(
-        retention=retention, batch_size=batch_size, max_batches=max_batches, max_duration=max_duration,
-        batch_pause=batch_pause, statement_timeout=statement_timeout, lock_timeout=lock_timeout,
-    )
+    limits = limits or PurgeLimits.from_settings()
+    using = using or settings.DELISTED_RETENTION_LOCK_DATABASE
     run_id = uuid.uuid4()
-    log = RunLog(logger, {"run_id": str(run_id)})
+    run = Run(limits=limits, using=using, stop=stop or StopRequest(), log=RunLog(logger, {"run_id": str(run_id)}),
+              run_id=run_id)
     if dry_run:
-        return preview_purge(
-            run_id=run_id, cutoff=compute_cutoff(retention, now, using), batch_size=batch_size,
-            max_batches=max_batches, using=using,
-        )
-    metrics = RunMetrics(run_id=run_id, max_duration=max_duration, using=using)
-    with advisory_lock(LOCK_NAME, using=lock_using) as acquired:
-        if not acquired:
-            log.warning("purge skipped run_id=%s: lock %s is held by another run", run_id, LOCK_NAME)
-            result = PurgeResult(run_id=run_id, cutoff=None, stop_reason=StopReason.LOCK_BUSY)
-            metrics.run_finished(result)
-            return result
-        cutoff = compute_cutoff(retention, now, using)
-        metrics.run_started(cutoff)
-        try:
-            result = run_phases(
-                run_id=run_id, log=log, cutoff=cutoff, batch_size=batch_size,
-                max_batches=max_batches, max_duration=max_duration, should_stop=should_stop or (lambda: False),
-                on_batch=on_batch or (lambda deleted: None), batch_pause=batch_pause,
-                timeouts=(statement_timeout, lock_timeout), using=using,
-            )
-        except Exception:
-            metrics.run_failed()
-            raise
-        metrics.run_finished(result)
-        return result
-
-
-def run_phases(
-    *, run_id, log, cutoff, batch_size, max_batches, max_duration, should_stop, on_batch, batch_pause, timeouts,
-    using,
-) -> PurgeResult:
-    started = time.monotonic()
-    overdue_objects, overdue_projects_total = count_overdue(cutoff, using)
-    log.info(
-        "purge started run_id=%s cutoff=%s batch_size=%s overdue_property_objects=%s overdue_projects=%s",
-        run_id, cutoff.isoformat(), batch_size, overdue_objects, overdue_projects_total,
-        extra={"cutoff": cutoff.isoformat(), "batch_size": batch_size},
-    )
-    selections = compile_batch_selections(cutoff=cutoff, batch_size=batch_size, using=using)
-    deleted_cards = dict.fromkeys(PHASES, 0)
-    deleted_overrides = dict.fromkeys(PHASES, 0)
-    batches = 0
-    stop_reason = StopReason.COMPLETED
-    remaining_phases = list(PHASES)
-    while remaining_phases:
-        phase = remaining_phases[0]
-        if batches and batch_pause:
-            time.sleep(batch_pause.total_seconds())  # before the checks: a stop asked meanwhile is honoured
-        stop_reason = reason_to_stop(
-            should_stop=should_stop, batches=batches, max_batches=max_batches,
-            elapsed=time.monotonic() - started, max_duration=max_duration,
-        )
-        if stop_reason != StopReason.COMPLETED:
-            break
-        outcome = delete_batch(
-            phase, selection=selections[phase], cutoff=cutoff, batch_index=batches, timeouts=timeouts, log=log,
-            using=using,
-        )
-        if outcome.selected:
-            on_batch(outcome.deleted_cards)
-            batches += 1
-            deleted_cards[phase] += outcome.deleted_cards
-            deleted_overrides[phase] += outcome.deleted_overrides
-            log.debug(
-                "batch done run_id=%s phase=%s batch_index=%s selected=%s deleted_cards=%s deleted_overrides=%s",
-                run_id, phase.name, batches - 1, outcome.selected, outcome.deleted_cards, outcome.deleted_overrides,
-                extra={"phase": phase.name, "batch_index": batches - 1, "deleted_cards": outcome.deleted_cards,
-                       "deleted_overrides": outcome.deleted_overrides},
-            )
-        if outcome.selected < batch_size:
-            remaining_phases.pop(0)  # this phase ran dry
-
-    has_more = any(phase.select_overdue(cutoff).using(using).exists() for phase in remaining_phases)
-    result = PurgeResult(
-        run_id=run_id,
-        cutoff=cutoff,
-        stop_reason=stop_reason,
-        has_more=has_more,
-        deleted_property_object_cards=deleted_cards[PROPERTY_OBJECTS],
-        deleted_project_cards=deleted_cards[PROJECTS],
-        deleted_property_object_overrides=deleted_overrides[PROPERTY_OBJECTS],
-        deleted_building_overrides=deleted_overrides[PROJECTS],
-        batches_processed=batches,
-        projects_held_back=count_projects_held_back(cutoff, using),
-        overdue_property_object_cards=overdue_objects,
-        overdue_project_cards=overdue_projects_total,
-        duration_seconds=round(time.monotonic() - started, 3),
-    )
-    log.info(
-        "purge completed run_id=%s stop_reason=%s has_more=%s deleted_property_object_cards=%s "
-        "deleted_project_cards=%s deleted_overrides=%s batches=%s projects_held_back=%s duration=%.3fs",
-        run_id, result.stop_reason, result.has_more, result.deleted_property_object_cards,
-        result.deleted_project_cards, result.deleted_overrides, result.batches_processed,
-        result.projects_held_back, result.duration_seconds,
-        extra={key: value for key, value in result.as_dict().items() if key != "run_id"},
-    )
+        return fail_cleanly(run, lambda: preview_purge(run, now), dry_run=True)
+    metrics = RunMetrics(run_id=run_id, max_duration=limits.max_duration)
+    try:
+        result, at_end = fail_cleanly(run, lambda: locked_run(
+            run, now, metrics, on_start or (lambda backlog: None), on_batch or (lambda deleted: None)
+        ))
+    except PurgeFailed as failure:
+        metrics.run_finished(failure.result)
+        raise
+    if result.culprits:
+        result = dataclasses.replace(result, error=CULPRITS.format(count=len(result.culprits)))
+    metrics.run_finished(result, at_end)
+    if result.culprits:
+        raise PurgeFailed(result)
     return result
 
 
-def reason_to_stop(*, should_stop, batches, max_batches, elapsed, max_duration) -> str:
-    if should_stop():
-        return StopReason.STOPPED
-    if batches >= max_batches:
-        return StopReason.MAX_BATCHES
-    if elapsed >= max_duration.total_seconds():
-        return StopReason.MAX_DURATION
+def fail_cleanly(run: Run, body: Callable[[], T], *, dry_run: bool = False) -> T:
+    """Run `body`; an infrastructure error becomes PurgeFailed, with a one-line error and what the run did."""
+    try:
+        return body()
+    except (DatabaseError, PooledSessionError) as error:
+        message = describe_failure(error, run.using)
+        raise PurgeFailed(run.result(StopReason.FAILED, error=message, dry_run=dry_run)) from error
+
+
+def describe_failure(error: Exception, alias: str) -> str:
+    if isinstance(error, PooledSessionError):
+        return str(error)
+    if sqlstate(error) in UNDEFINED_OBJECT_STATES:
+        return SCHEMA_MISSING.format(alias=alias)
+    if sqlstate(error) is None and isinstance(error, OperationalError):
+        return DATABASE_UNREACHABLE.format(alias=alias, error=first_line(error))
+    return first_line(error)
+
+
+def locked_run(run: Run, now, metrics: RunMetrics, on_start, on_batch) -> tuple[PurgeResult, Backlog | None]:
+    """The run under the advisory lock; returns its result and the backlog counted at its end."""
+    with advisory_lock(
+        LOCK_NAME, using=run.using, marker=str(run.run_id), transaction=run.transaction,
+        application_name=run.application_name,
+    ) as lock_session:
+        if lock_session is None:
+            run.log.warning("purge skipped: the advisory lock is held by another run", extra={"lock": LOCK_NAME})
+            return run.result(StopReason.LOCK_BUSY), None
+        run.lock_session = lock_session
+        run.cutoff = compute_cutoff(run.limits.retention, now, run.using, transaction=run.transaction)
+        at_start = measure_backlog(cutoff=run.cutoff, transaction=run.transaction)
+        metrics.run_started(at_start)
+        run.log.info(
+            "purge started",
+            extra={"cutoff": run.cutoff.isoformat(), "database": run.using, "batch_size": run.limits.batch_size,
+                   "overdue_property_objects": at_start.property_objects.overdue,
+                   "overdue_projects": at_start.projects.overdue},
+        )
+        on_start(at_start)
+        stop_reason = run_phases(run, on_batch)
+        at_end = measure_backlog(cutoff=run.cutoff, transaction=run.transaction)
+        result = run.result(
+            stop_reason,
+            has_more=overdue_left(at_end, run.culprits),
+            projects_held_back=at_end.projects.held_back,
+            overdue_property_object_cards=at_start.property_objects.overdue,
+            overdue_project_cards=at_start.projects.overdue,
+        )
+    run.log.info("purge completed", extra=summary_fields(result))
+    return result, at_end
+
+
+def overdue_left(backlog: Backlog, culprits: list[Culprit]) -> bool:
+    """Whether overdue cards remain that a later run can delete: those skipped because another transaction held
+    them, or left by a limit. Culprits and projects held back by a remaining object do not count."""
+    culprit_cards = {phase.name: sum(c.phase == phase.name for c in culprits) for phase in CARD_PHASES}
+    return (
+        backlog.property_objects.overdue > culprit_cards[PROPERTY_OBJECTS.name]
+        or backlog.projects.overdue - backlog.projects.held_back > culprit_cards[PROJECTS.name]
+    )
+
+
+def summary_fields(result: PurgeResult) -> dict:
+    fields = result.as_dict()
+    fields.pop("run_id")
+    fields["culprits"] = len(result.culprits)
+    return fields
+
+
+def run_phases(run: Run, on_batch: Callable[[int], None]) -> StopReason:
+    last_batch_seconds = None
+    for phase in PHASES:
+        while True:
+            if last_batch_seconds is not None:
+                run.stop.sleep(run.limits.batch_pause.total_seconds()
+                               + run.limits.batch_pause_factor * last_batch_seconds)
+            if reason := run.reason_to_stop():
+                return reason
+            started = time.monotonic()
+            try:
+                outcome = delete_batch(run, phase, only_ids=None)
+            except StopRun as stop:
+                return stop.reason
+            except DataError as failure:
+                try:
+                    outcome = isolate_culprits(run, phase, failure)
+                except StopRun as stop:
+                    return stop.reason
+                if outcome is None:
+                    return run.reason_to_stop()
+            last_batch_seconds = time.monotonic() - started
+            if outcome.selected:
+                on_batch(outcome.deleted_cards)
+            if outcome.selected < run.limits.batch_size:
+                break  # this phase ran dry
     return StopReason.COMPLETED
 
 
-def compile_batch_selections(*, cutoff, batch_size, using) -> dict[Phase, tuple[str, tuple]]:
-    """Each phase's batch SELECT (lock the oldest overdue rows) as SQL and parameters, compiled once per run: the
-    cutoff is fixed for the run, and rebuilding the ORM query cost ~1.5 ms of CPU per batch, CPU the job's host
-    may share with live traffic. Django compiles FOR UPDATE only inside a transaction; this one sends nothing."""
-    with transaction.atomic(using=using):
-        return {phase: batch_selection(phase, cutoff=cutoff, batch_size=batch_size, using=using) for phase in PHASES}
-
-
-def batch_selection(phase: Phase, *, cutoff, batch_size, using) -> tuple[str, tuple]:
-    locked = (
-        phase.select_overdue(cutoff).using(using)
-        .order_by("updated_at", "id")
-        .select_for_update(skip_locked=True)
-        .values("id", row_address=RawSQL("ctid", ()))[:batch_size]
-    )
-    locked_sql, params = locked.query.sql_with_params()
-    # Ids and addresses travel as one array text value each, not thousands of bound parameters. The ids are only
-    # for the error log.
-    return f"SELECT count(*), array_agg(id)::text, array_agg(row_address)::text FROM ({locked_sql}) AS batch", params
-
-
-def delete_batch(phase: Phase, *, selection, cutoff, batch_index, timeouts, log, using) -> BatchOutcome:
-    """One batch, one transaction, three statements: bound it, lock the oldest overdue ids, delete them."""
-    statement_timeout, lock_timeout = timeouts
+def delete_batch(run: Run, phase: Phase, *, only_ids: list[str] | None) -> BatchOutcome:
+    """One batch, one transaction: bound it and check the lock's session, lock the oldest overdue rows (or those of
+    `only_ids` still overdue), delete them. Counted in the run when it commits."""
     batch_ids = None
     try:
-        with transaction.atomic(using=using), connections[using].cursor() as cursor:
-            cursor.execute(
-                "SELECT set_config('statement_timeout', %s, true), set_config('lock_timeout', %s, true)",
-                [f"{milliseconds(statement_timeout)}ms", f"{milliseconds(lock_timeout)}ms"],
-            )
-            selection_sql, params = selection
-            cursor.execute(selection_sql, params)
+        with run.transaction() as cursor:
+            cursor.execute(phase.lock_batch, {
+                "cutoff": run.cutoff, "batch_size": run.limits.batch_size,
+                "only_ids": None if only_ids is None else array_literal(only_ids),
+                "skipped_ids": array_literal([c.card_id for c in run.culprits if c.phase == phase.name]),
+            })
             selected, batch_ids, row_addresses = cursor.fetchone()
             if not selected:
                 return BatchOutcome(selected=0, deleted_cards=0, deleted_overrides=0)
-            cursor.execute(phase.delete_sql, [row_addresses, cutoff])
+            cursor.execute(phase.delete_batch, {"row_addresses": row_addresses, "cutoff": run.cutoff})
             deleted_cards, deleted_overrides = cursor.fetchone()
-    except Exception:
-        log.exception(
-            "batch failed run_id=%s phase=%s batch_index=%s batch_ids=%s",
-            log.extra["run_id"], phase.name, batch_index, batch_ids or "(not selected)",
-            extra={"phase": phase.name, "batch_index": batch_index, "batch_ids": batch_ids},
-        )
+    except StopRun:
         raise
+    except DatabaseError as error:
+        ids = parse_array(batch_ids) if batch_ids else []
+        if only_ids is None:
+            log_batch_failure(run, phase, error, ids)
+        else:
+            run.log.debug("split part failed", extra={"phase": phase.name, "part_size": len(ids),
+                                                      "error": first_line(error)})
+        if is_data_error(error) and ids:
+            raise DataError(error, ids) from error
+        raise
+    run.batches += 1
+    if phase.deleted_cards:
+        run.counts[phase.deleted_cards] += deleted_cards
+    run.counts[phase.deleted_overrides] += deleted_overrides
+    run.log.debug(
+        "batch done",
+        extra={"phase": phase.name, "batch_index": run.batches - 1, "selected": selected,
+               "deleted_cards": deleted_cards, "deleted_overrides": deleted_overrides},
+    )
     return BatchOutcome(selected=selected, deleted_cards=deleted_cards, deleted_overrides=deleted_overrides)
+
+
+def isolate_culprits(run: Run, phase: Phase, failure: DataError) -> BatchOutcome | None:
+    """Split a batch that failed for a data reason in halves, each its own all-or-nothing transaction, under the
+    same lock, limits, timeouts and stop checks, until every card that cannot be deleted alone is isolated; delete
+    the rest. Returns the batch as if it had run whole, or None when a limit stopped the split (the rest waits for
+    the next run). A culprit in a batch of n costs about 2·log2(n) small transactions."""
+    deleted_cards = deleted_overrides = 0
+    pending = [failure]
+    while pending:
+        failed = pending.pop()
+        if len(failed.ids) == 1:
+            record_culprit(run, phase, failed.ids[0], failed.error)
+            continue
+        half = len(failed.ids) // 2
+        for part in (failed.ids[:half], failed.ids[half:]):
+            if run.reason_to_stop():
+                return None
+            try:
+                outcome = delete_batch(run, phase, only_ids=part)
+            except DataError as part_failure:
+                pending.append(part_failure)
+                continue
+            deleted_cards += outcome.deleted_cards
+            deleted_overrides += outcome.deleted_overrides
+    return BatchOutcome(
+        selected=len(failure.ids), deleted_cards=deleted_cards, deleted_overrides=deleted_overrides
+    )
+
+
+def record_culprit(run: Run, phase: Phase, card_id: str, error: DatabaseError) -> None:
+    message = first_line(error)
+    run.culprits.append(Culprit(phase=phase.name, card_id=card_id, error=message))
+    run.log.error(
+        "card cannot be deleted: left in place, the run counts as failed",
+        extra={"phase": phase.name, "card_id": card_id, "error": message, "sqlstate": sqlstate(error)},
+    )
+
+
+def log_batch_failure(run: Run, phase: Phase, error: DatabaseError, ids: list[str]) -> None:
+    """One line for the failure, then the batch's ids as JSON arrays, chunked so that every line stays short."""
+    parts = max(1, math.ceil(len(ids) / IDS_PER_LOG_LINE))
+    run.log.error(
+        "batch failed",
+        extra={"phase": phase.name, "batch_index": run.batches, "batch_size": len(ids), "error": first_line(error),
+               "sqlstate": sqlstate(error), "batch_id_parts": parts if ids else 0},
+    )
+    for part in range(parts if ids else 0):
+        run.log.error(
+            "batch ids",
+            extra={"phase": phase.name, "batch_index": run.batches, "part": part + 1, "parts": parts,
+                   "batch_ids": ids[part * IDS_PER_LOG_LINE:(part + 1) * IDS_PER_LOG_LINE]},
+        )
+
+
+def sqlstate(error: BaseException) -> str | None:
+    """The SQLSTATE of a database error, which Django keeps on the psycopg error it wraps."""
+    for candidate in (error, error.__cause__):
+        if code := getattr(candidate, "sqlstate", None):
+            return code
+    return None
+
+
+def is_data_error(error: DatabaseError) -> bool:
+    code = sqlstate(error) or ""
+    return code[:2] in DATA_ERROR_CLASSES or code in DATA_ERROR_STATES
+
+
+def first_line(error: BaseException) -> str:
+    return (str(error).strip().splitlines() or [type(error).__name__])[0]
+
+
+def array_literal(values: list[str]) -> str:
+    """A PostgreSQL array literal: one text parameter however many ids."""
+    return "{" + ",".join(values) + "}"
+
+
+def parse_array(literal: str) -> list[str]:
+    return literal.strip("{}").split(",") if literal not in ("{}", "") else []
 
 
 def milliseconds(duration: timedelta) -> int:
     return max(1, round(duration.total_seconds() * 1000))
 
 
-def count_overdue(cutoff: datetime, using: str) -> tuple[int, int]:
-    """All overdue Delisted cards, projects held back or not (both counts read the partial indexes)."""
-    return (
-        overdue(PropertyObjectCard, cutoff).using(using).count(),
-        overdue(ProjectCard, cutoff).using(using).count(),
+# What a dry run cannot get from the backlog counts: the overdue projects still holding a property-object card once
+# the `objects` oldest overdue objects are gone.
+HELD_BACK_AFTER_PHASE_A = """
+WITH doomed_objects AS (
+    SELECT id FROM catalog.property_object_cards
+     WHERE status = 'Delisted' AND updated_at < %(cutoff)s
+     ORDER BY updated_at, id LIMIT %(objects)s
+)
+SELECT count(*) FROM catalog.project_cards AS card
+ WHERE status = 'Delisted' AND updated_at < %(cutoff)s
+   AND EXISTS (SELECT FROM catalog.property_object_cards AS po
+                WHERE po.project_id = card.id AND po.id NOT IN (SELECT id FROM doomed_objects))
+"""
+# The overrides of exactly the rows the real batches would take, in the same order.
+OVERRIDES_OF_DOOMED = """
+WITH doomed_objects AS (
+    SELECT id FROM catalog.property_object_cards
+     WHERE status = 'Delisted' AND updated_at < %(cutoff)s
+     ORDER BY updated_at, id LIMIT %(objects)s
+), doomed_projects AS (
+    SELECT id FROM catalog.project_cards AS card
+     WHERE status = 'Delisted' AND updated_at < %(cutoff)s
+       AND NOT EXISTS (SELECT FROM catalog.property_object_cards AS po
+                        WHERE po.project_id = card.id AND po.id NOT IN (SELECT id FROM doomed_objects))
+     ORDER BY updated_at, id LIMIT %(projects)s
+)
+SELECT (SELECT count(*) FROM catalog.property_object_display_overrides
+         WHERE property_object_id IN (SELECT id FROM doomed_objects)),
+       (SELECT count(*) FROM catalog.building_display_overrides WHERE project_id IN (SELECT id FROM doomed_projects))
+"""
+
+
+def preview_purge(run: Run, now: datetime | None) -> PurgeResult:
+    """Dry run: what a run with these limits would delete now (max_duration and orphan overrides aside), reading
+    without locks. It follows the real loop's arithmetic (simulate_batches): property objects take up to max_batches
+    batches; projects get the batches left over only once the objects ran dry, and then every project whose objects
+    were all overdue has become purgeable."""
+    limits = run.limits
+    run.cutoff = compute_cutoff(limits.retention, now, run.using, transaction=run.transaction)
+    backlog = measure_backlog(cutoff=run.cutoff, transaction=run.transaction)
+    overdue_objects = backlog.property_objects.overdue
+    objects_deleted = min(overdue_objects, limits.batch_size * limits.max_batches)
+    with run.transaction() as cursor:
+        cursor.execute(HELD_BACK_AFTER_PHASE_A, {"cutoff": run.cutoff, "objects": objects_deleted})
+        (held_back_after,) = cursor.fetchone()
+    purgeable_projects = backlog.projects.overdue - held_back_after
+    (objects, projects), batches, stop_reason = simulate_batches(
+        (overdue_objects, purgeable_projects), limits.batch_size, limits.max_batches
     )
-
-
-def count_projects_held_back(cutoff: datetime, using: str) -> int:
-    return (
-        overdue(ProjectCard, cutoff).using(using)
-        .filter(Exists(PropertyObjectCard.objects.filter(project_id=OuterRef("id"))))
-        .count()
-    )
-
-
-def preview_purge(*, run_id, cutoff, batch_size, max_batches, using) -> PurgeResult:
-    """Dry run: what a run with these limits would delete now (max_duration aside), reading without locks.
-
-    It follows the real loop: phase A takes up to max_batches batches; phase B gets the batches left over only
-    if phase A ran dry, and then every project whose objects are all overdue has become purgeable.
-    """
-    started = time.monotonic()
-    overdue_objects, overdue_projects_total = count_overdue(cutoff, using)
-    capacity = batch_size * max_batches
-    objects_to_delete = min(overdue_objects, capacity)
-    batches = math.ceil(objects_to_delete / batch_size)
-    phase_a_runs_dry = overdue_objects <= capacity
-    # Projects blocked by objects that this run will not delete.
-    surviving_objects = PropertyObjectCard.objects.filter(project_id=OuterRef("id"))
-    if phase_a_runs_dry:
-        surviving_objects = surviving_objects.exclude(status=CardStatus.DELISTED, updated_at__lt=cutoff)
-    held_back = overdue(ProjectCard, cutoff).using(using).filter(Exists(surviving_objects))
-    purgeable_projects = overdue(ProjectCard, cutoff).using(using).exclude(Exists(surviving_objects))
-
-    projects_to_delete = 0
-    if phase_a_runs_dry and batches < max_batches:
-        projects_to_delete = min(purgeable_projects.count(), batch_size * (max_batches - batches))
-        batches += math.ceil(projects_to_delete / batch_size)
-    would_have_more = (not phase_a_runs_dry) or purgeable_projects.count() > projects_to_delete
-    object_overrides, building_overrides = count_overrides_of_oldest(
-        cutoff, objects_to_delete, purgeable_projects, projects_to_delete, using
-    )
+    with run.transaction() as cursor:
+        cursor.execute(OVERRIDES_OF_DOOMED, {"cutoff": run.cutoff, "objects": objects, "projects": projects})
+        object_overrides, building_overrides = cursor.fetchone()
     return PurgeResult(
-        run_id=run_id,
-        cutoff=cutoff,
-        stop_reason=StopReason.MAX_BATCHES if would_have_more else StopReason.COMPLETED,
-        has_more=would_have_more,
-        deleted_property_object_cards=objects_to_delete,
-        deleted_project_cards=projects_to_delete,
+        run_id=run.run_id,
+        cutoff=run.cutoff,
+        stop_reason=stop_reason,
+        has_more=objects < overdue_objects or projects < purgeable_projects,
+        deleted_property_object_cards=objects,
+        deleted_project_cards=projects,
         deleted_property_object_overrides=object_overrides,
         deleted_building_overrides=building_overrides,
         batches_processed=batches,
-        projects_held_back=held_back.count(),
+        projects_held_back=held_back_after,
         overdue_property_object_cards=overdue_objects,
-        overdue_project_cards=overdue_projects_total,
-        duration_seconds=round(time.monotonic() - started, 3),
+        overdue_project_cards=backlog.projects.overdue,
+        duration_seconds=round(time.monotonic() - run.started, 3),
         dry_run=True,
     )
 
 
-def count_overrides_of_oldest(cutoff, objects, purgeable_projects, projects, using) -> tuple[int, int]:
-    """Overrides of the `objects` oldest overdue property objects and the `projects` oldest purgeable projects:
-    the same rows, in the same order, that the real batches would take."""
-    oldest_objects = overdue_property_objects(cutoff).using(using).order_by("updated_at", "id").values("id")[:objects]
-    oldest_projects = purgeable_projects.order_by("updated_at", "id").values("id")[:projects]
-    return (
-        PropertyObjectDisplayOverride.objects.using(using).filter(property_object_id__in=oldest_objects).count()
-        if objects else 0,
-        BuildingDisplayOverride.objects.using(using).filter(project_id__in=oldest_projects).count()
-        if projects else 0,
-    )
+def simulate_batches(available: tuple[int, ...], batch_size: int, max_batches: int) -> tuple[list[int], int, StopReason]:
+    """The real loop on counts: how many rows each card phase takes, how many batches, why it stops. A batch is
+    counted when it selects something; a phase ends on a short batch; max_batches is checked before every batch,
+    the first selection of the orphan-override phases included."""
+    batches = 0
+    taken = [0] * len(available)
+    for phase, count in enumerate(available):
+        while True:
+            if batches >= max_batches:
+                return taken, batches, StopReason.MAX_BATCHES
+            take = min(batch_size, count - taken[phase])
+            if take:
+                batches += 1
+                taken[phase] += take
+            if take < batch_size:
+                break
+    return taken, batches, StopReason.MAX_BATCHES if batches >= max_batches else StopReason.COMPLETED

@@ -2,7 +2,7 @@
 
 import pytest
 
-from tests.conftest import run_manage
+from tests.support import run_manage
 
 
 @pytest.mark.parametrize(

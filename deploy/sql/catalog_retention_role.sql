@@ -50,4 +50,10 @@ TO catalog_retention;
 -- privilege on at least one column of the table ("Privileges", section 5.7 of the manual); DELETE does not
 -- suffice. created_at is the column whose change harms least: the retention clock is updated_at, which the role
 -- cannot change, and neither status nor any displayed field.
-GRANT UPDATE (created_at) ON catalog.project_cards, catalog.property_object_cards TO catalog_retention;
+-- The sweep of orphan overrides (overrides whose card is gone) locks them the same way.
+GRANT UPDATE (created_at) ON
+    catalog.project_cards,
+    catalog.property_object_cards,
+    catalog.property_object_display_overrides,
+    catalog.building_display_overrides
+TO catalog_retention;

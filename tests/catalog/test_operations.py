@@ -16,7 +16,7 @@ from catalog.operations import (
     upsert_project,
     upsert_property_object,
 )
-from tests.conftest import held_in_another_transaction
+from tests.support import held_in_another_transaction
 from tests.factories import ProjectCardFactory, PropertyObjectCardFactory
 
 pytestmark = pytest.mark.django_db

@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from retention.metrics import HELP, RUN_DURATION
-from tests.conftest import PROJECT_ROOT, installed_tool
+from tests.support import PROJECT_ROOT, installed_tool
 
 PROMETHEUS = PROJECT_ROOT / "deploy" / "prometheus"
 RULES = PROMETHEUS / "catalog-delisted-retention.rules.yml"

@@ -8,7 +8,7 @@ from django.db import connection
 
 from retention.locks import advisory_lock_key
 from retention.service import LOCK_NAME
-from tests.conftest import PROJECT_ROOT, database_url_of_tests
+from tests.support import PROJECT_ROOT, database_url_of_tests
 
 RUNBOOKS = PROJECT_ROOT / "docs" / "runbooks"
 

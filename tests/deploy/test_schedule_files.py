@@ -8,7 +8,7 @@ import pytest
 import yaml
 from django.conf import settings
 
-from tests.conftest import PROJECT_ROOT
+from tests.support import PROJECT_ROOT
 
 DEPLOY = PROJECT_ROOT / "deploy"
 # A batch is two statements, each bounded by the statement timeout: a graceful stop must outlast both.

@@ -1,8 +1,9 @@
 """Shared helpers of the reliability tests: the job as a real process, faults injected on the database side, and
 snapshots of the catalog to compare before and after.
 
-Everything here talks to the real test database. A job subprocess gets `DATABASE_URL` pointing at it and a
-`PGAPPNAME` (read by libpq), so a test can find the job's backend in `pg_stat_activity` and `pg_locks`.
+Everything here talks to the real test database. A job subprocess gets `DATABASE_URL` pointing at it; the job names
+its sessions `purge_delisted <run_id>` (application_name), which is how a test finds the job's backend in
+`pg_stat_activity` and `pg_locks`, as an operator would.
 """
 
 import subprocess
@@ -16,9 +17,9 @@ from django.db import connection
 
 from retention.locks import advisory_lock_key
 from retention.service import LOCK_NAME
-from tests.conftest import PROJECT_ROOT, advisory_lock_holders, manage_command, manage_env
+from tests.support import PROJECT_ROOT, advisory_lock_holders, manage_command, manage_env
 
-JOB_APPLICATION_NAME = "purge-delisted-under-test"
+JOB_APPLICATION_NAME = "purge_delisted %"  # a LIKE pattern
 # A bound for anything a test waits for, so that a broken guarantee fails the test instead of hanging it.
 WAIT_SECONDS = 30
 HELD_TITLE = "hold this batch"
@@ -28,7 +29,7 @@ T = TypeVar("T")
 
 def job_environment(**overrides: str) -> dict[str, str]:
     # The tests read the job's INFO lines (run_id), whatever LOG_LEVEL the caller's environment sets.
-    return manage_env(**{"PGAPPNAME": JOB_APPLICATION_NAME, "LOG_LEVEL": "INFO", **overrides})
+    return manage_env(**{"LOG_LEVEL": "INFO", **overrides})
 
 
 def run_purge(*options: str, **environment: str) -> subprocess.CompletedProcess:
@@ -68,7 +69,7 @@ def query(sql: str, params: list | None = None) -> list[tuple]:
 def job_backend_pids() -> list[int]:
     return [
         pid for (pid,) in query(
-            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND application_name = %s",
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND application_name LIKE %s",
             [JOB_APPLICATION_NAME],
         )
     ]
@@ -95,7 +96,7 @@ class HeldBatch:
             rows = query(
                 """
                 SELECT pid FROM pg_stat_activity
-                 WHERE datname = current_database() AND application_name = %s AND wait_event = 'PgSleep'
+                 WHERE datname = current_database() AND application_name LIKE %s AND wait_event = 'PgSleep'
                 """,
                 [JOB_APPLICATION_NAME],
             )

@@ -9,8 +9,9 @@ import subprocess
 
 import pytest
 
+from config.logging import TextFormatter
 from retention.management.commands.purge_delisted import Command
-from tests.conftest import PROJECT_ROOT, manage_command
+from tests.support import PROJECT_ROOT, manage_command
 from tests.factories import ProjectCardFactory, PropertyObjectCardFactory
 from tests.reliability.support import WAIT_SECONDS, CatalogState, job_environment
 
@@ -59,11 +60,19 @@ def assert_rejected_in_one_line(run: subprocess.CompletedProcess, *, naming: str
     assert "Traceback" not in run.stderr
 
 
-def run_in_process(capsys, *options: str) -> subprocess.CompletedProcess:
-    with pytest.raises(SystemExit) as exit_info:
-        Command().run_from_argv(["manage.py", "purge_delisted", *options])
-    captured = capsys.readouterr()
-    return subprocess.CompletedProcess(options, exit_info.value.code, captured.out, captured.err)
+@pytest.fixture
+def run_in_process(capsys, caplog):
+    """The command as `manage.py` runs it, in this process; its stderr is what it printed plus what it logged."""
+
+    def run(*options: str) -> subprocess.CompletedProcess:
+        caplog.clear()
+        with pytest.raises(SystemExit) as exit_info:
+            Command().run_from_argv(["manage.py", "purge_delisted", *options])
+        captured = capsys.readouterr()
+        logged = "".join(f"{TextFormatter().format(record)}\n" for record in caplog.records)
+        return subprocess.CompletedProcess(options, exit_info.value.code, captured.out, captured.err + logged)
+
+    return run
 
 
 def run_side_by_side(environments: list[dict[str, str]]) -> list[subprocess.CompletedProcess]:
@@ -91,25 +100,25 @@ def overdue_catalog():
 
 
 @pytest.mark.parametrize("option", OPTIONS)
-def test_a_bad_option_value_is_rejected_in_one_line_naming_the_option(overdue_catalog, capsys, subtests, option):
+def test_a_bad_option_value_is_rejected_in_one_line_naming_the_option(overdue_catalog, run_in_process, subtests, option):
     bad_values = {**out_of_range_values(option.replace("-", "_").upper()), **NOT_WHOLE_NUMBERS}
     for kind, value in bad_values.items():
         with subtests.test(kind, value=value):
-            assert_rejected_in_one_line(run_in_process(capsys, f"{option}={value}"), naming=option)
+            assert_rejected_in_one_line(run_in_process(f"{option}={value}"), naming=option)
 
 
-def test_an_unknown_or_abbreviated_option_is_rejected_in_one_line(overdue_catalog, capsys):
-    assert_rejected_in_one_line(run_in_process(capsys, "--retention=7"), naming="--retention=7")
+def test_an_unknown_or_abbreviated_option_is_rejected_in_one_line(overdue_catalog, run_in_process):
+    assert_rejected_in_one_line(run_in_process("--retention=7"), naming="--retention=7")
 
 
 @pytest.mark.parametrize("setting", NUMERIC_SETTINGS)
 def test_an_out_of_range_setting_is_rejected_in_one_line_naming_it(
-    overdue_catalog, capsys, settings, subtests, setting
+    overdue_catalog, run_in_process, settings, subtests, setting
 ):
     for kind, value in out_of_range_values(setting).items():
         with subtests.test(kind, value=value):
             setattr(settings, setting, value)
-            assert_rejected_in_one_line(run_in_process(capsys), naming=setting)
+            assert_rejected_in_one_line(run_in_process(), naming=setting)
 
 
 @pytest.mark.slow

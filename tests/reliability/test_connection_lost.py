@@ -1,6 +1,7 @@
 """The job's database connection is lost mid-run (pg_terminate_backend): the run fails with exit 1 and an error
 log naming the run and the failed batch's ids, earlier batches stay committed, and the next run completes."""
 
+import json
 import re
 from datetime import timedelta
 
@@ -44,10 +45,12 @@ def test_terminated_backend_fails_the_run_keeps_earlier_batches_and_logs_the_fai
 
     assert job.returncode == 1, stderr
     run_id = re.search(r"purge started run_id=(\S+)", stderr).group(1)
-    failed = re.search(r"batch failed run_id=(\S+) phase=property_objects batch_index=1 batch_ids=(\S+)", stderr)
+    failed = re.search(r"batch failed run_id=(\S+) phase=property_objects batch_index=1 .*sqlstate=57P01", stderr)
     assert failed, stderr
     assert failed.group(1) == run_id
-    assert set(failed.group(2).strip("{}").split(",")) == {str(cards[2].id), str(cards[3].id)}
+    ids = re.search(r"batch ids run_id=(\S+) .*batch_ids=(\[.*\])$", stderr, flags=re.MULTILINE)
+    assert ids.group(1) == run_id
+    assert set(json.loads(ids.group(2))) == {str(cards[2].id), str(cards[3].id)}  # a JSON array of the ids
     # The lock died with the session; releasing it must not open a new session that claims otherwise.
     assert "went with its session, which is gone" in stderr
     assert "was not held" not in stderr

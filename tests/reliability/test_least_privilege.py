@@ -14,7 +14,7 @@ from tests.factories import (
     PropertyObjectCardFactory,
     PropertyObjectDisplayOverrideFactory,
 )
-from tests.conftest import PROJECT_ROOT, database_url_of_tests
+from tests.support import PROJECT_ROOT, database_url_of_tests
 from tests.reliability.support import (
     CatalogState,
     execute,

@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from tests.conftest import PROJECT_ROOT, manage_command
+from tests.support import PROJECT_ROOT, manage_command
 from tests.reliability.support import WAIT_SECONDS, job_environment
 
 pytestmark = pytest.mark.slow

@@ -19,8 +19,7 @@ from catalog.models import (
     PropertyObjectCard,
     PropertyObjectDisplayOverride,
 )
-from retention.service import purge_delisted_cards
-from tests.conftest import CATALOG_TABLES
+from tests.support import CATALOG_TABLES, purge
 from tests.reliability.support import CatalogState, execute
 
 pytestmark = pytest.mark.django_db
@@ -120,7 +119,7 @@ def test_one_complete_run_deletes_exactly_the_overdue_cards_not_held_back(drawn_
     before = CatalogState.read()
     rules_before = list(DeveloperRankingRule.objects.values_list("id", "project_id", "weight", "updated_at"))
 
-    result = purge_delisted_cards(
+    result = purge(
         retention=RETENTION, batch_size=batch_size, max_batches=1000, max_duration=timedelta(minutes=5), now=NOW
     )
 

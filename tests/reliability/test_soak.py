@@ -24,12 +24,12 @@ from django.db import connection, transaction
 
 from catalog import operations
 from catalog.models import CardStatus, DeveloperRankingRule
-from retention.service import purge_delisted_cards
 from tests.factories import (
     BuildingDisplayOverrideFactory,
     DeveloperRankingRuleFactory,
     PropertyObjectDisplayOverrideFactory,
 )
+from tests.support import purge
 from tests.reliability.support import WAIT_SECONDS, CatalogState, execute, query
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -187,7 +187,7 @@ def in_thread(work, errors: list[str]) -> threading.Thread:
 def purge_repeatedly(deadline: float, results: list) -> None:
     while time.monotonic() < deadline:
         results.append(
-            purge_delisted_cards(
+            purge(
                 retention=RETENTION, batch_size=3, max_batches=20, max_duration=timedelta(seconds=2)
             )
         )

@@ -1,19 +1,11 @@
-import socket
 import subprocess
 import time
 import urllib.request
 from collections.abc import Iterator
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
-from tests.conftest import installed_tool
-
-
-def free_loopback_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+from tests.support import free_loopback_port, installed_tool
 
 
 @pytest.fixture
@@ -40,25 +32,3 @@ def pushgateway() -> Iterator[str]:
     finally:
         process.terminate()
         process.wait(timeout=10)
-
-
-class Exposition:
-    """Samples of a Prometheus text exposition, looked up by name and labels (job and instance ignored)."""
-
-    def __init__(self, text: str):
-        self.values = {}
-        for family in text_string_to_metric_families(text):
-            for sample in family.samples:
-                labels = {k: v for k, v in sample.labels.items() if k not in ("job", "instance")}
-                self.values[sample.name, frozenset(labels.items())] = sample.value
-
-    @classmethod
-    def scrape(cls, url: str) -> "Exposition":
-        with urllib.request.urlopen(f"{url}/metrics", timeout=5) as response:
-            return cls(response.read().decode())
-
-    def value(self, name: str, **labels: str) -> float | None:
-        return self.values.get((name, frozenset(labels.items())))
-
-    def names(self) -> set[str]:
-        return {name for name, _ in self.values}

@@ -6,7 +6,7 @@ import pytest
 from django.db import connection
 
 from catalog.demo_data import seed_demo_data
-from retention.service import PROJECTS, PROPERTY_OBJECTS, compile_batch_selections
+from retention.service import PROJECTS, PROPERTY_OBJECTS
 
 pytestmark = pytest.mark.django_db
 
@@ -24,8 +24,8 @@ def batch_plan_nodes(phase) -> list[dict]:
     with connection.cursor() as cursor:
         cursor.execute("SELECT now() - interval '30 days'")
         cutoff = cursor.fetchone()[0]
-        selection_sql, params = compile_batch_selections(cutoff=cutoff, batch_size=2000, using="default")[phase]
-        cursor.execute(f"EXPLAIN (FORMAT JSON) {selection_sql}", params)
+        params = {"cutoff": cutoff, "batch_size": 2000, "only_ids": None, "skipped_ids": "{}"}
+        cursor.execute(f"EXPLAIN (FORMAT JSON) {phase.lock_batch}", params)
         return list(walk(cursor.fetchone()[0][0]["Plan"]))
 
 

@@ -4,7 +4,7 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import SystemCheckError
 
-from tests.conftest import run_manage
+from tests.support import run_manage
 
 
 @pytest.mark.parametrize(

@@ -4,9 +4,9 @@ import json
 
 import pytest
 
-from tests.conftest import run_manage
+from tests.support import run_manage
 from tests.factories import PropertyObjectCardFactory
-from tests.retention.conftest import free_loopback_port
+from tests.support import free_loopback_port
 
 
 @pytest.mark.django_db(transaction=True)

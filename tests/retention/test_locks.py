@@ -2,9 +2,9 @@ import psycopg
 import pytest
 from django.db import connection
 
-from retention.locks import advisory_lock, advisory_lock_key
+from retention.locks import LockSession, PooledSessionError, advisory_lock, advisory_lock_key
 from retention.service import LOCK_NAME
-from tests.conftest import advisory_lock_holders, database_url_of_tests
+from tests.support import advisory_lock_holders, database_url_of_tests
 
 pytestmark = pytest.mark.django_db
 
@@ -22,17 +22,17 @@ def test_job_lock_key_is_the_documented_number():
 
 
 def test_lock_is_taken_and_released():
-    with advisory_lock(LOCK_NAME) as acquired:
-        assert acquired is True
-        assert lock_holders(JOB_LOCK_KEY) == 1
+    with advisory_lock(LOCK_NAME) as session:
+        assert session.backend_pid == connection.connection.info.backend_pid
+        assert advisory_lock_holders(JOB_LOCK_KEY) == [session.backend_pid]
     assert lock_holders(JOB_LOCK_KEY) == 0
 
 
 def test_lock_held_by_another_session_is_not_acquired_and_not_released_by_us():
     with psycopg.connect(database_url_of_tests(), autocommit=True) as other:
         other.execute("SELECT pg_advisory_lock(%s)", [JOB_LOCK_KEY])
-        with advisory_lock(LOCK_NAME) as acquired:
-            assert acquired is False
+        with advisory_lock(LOCK_NAME) as session:
+            assert session is None
         assert lock_holders(JOB_LOCK_KEY) == 1
 
 
@@ -47,3 +47,27 @@ def test_an_unlock_that_finds_no_lock_is_logged_as_an_error(caplog):
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_advisory_unlock(%s)", [JOB_LOCK_KEY])
     assert any(r.levelname == "ERROR" and "not held" in r.getMessage() for r in caplog.records)
+
+
+def test_a_session_that_already_holds_the_lock_is_refused_and_keeps_only_its_own_hold():
+    """What a shared (transaction-pooled) server session looks like: another client's lock is already on it."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_lock(%s)", [JOB_LOCK_KEY])
+    try:
+        with pytest.raises(PooledSessionError, match="transaction mode"), advisory_lock(LOCK_NAME):
+            pass
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_unlock(%s), pg_advisory_unlock(%s)", [JOB_LOCK_KEY, JOB_LOCK_KEY])
+            assert cursor.fetchone() == (True, False)  # held once: the refused attempt took nothing
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_unlock_all()")
+
+
+def test_a_statement_on_another_session_than_the_holder_is_refused():
+    session = LockSession(alias="default", backend_pid=1234, marker="run-a")
+
+    session.verify(1234, "run-a")
+    for other in ((1235, "run-a"), (1234, "run-b"), (1234, None)):
+        with pytest.raises(PooledSessionError):
+            session.verify(*other)

@@ -8,7 +8,7 @@ from io import StringIO
 import psycopg
 import pytest
 from django.core.management import call_command
-from django.db import DatabaseError, connection
+from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
@@ -23,19 +23,19 @@ from retention.metrics import (
     LAST_SUCCESS,
     LOCK_CONTENTION,
     MAX_RUN_DURATION,
-    OUTCOMES,
     RUN_DURATION,
     RUNS,
 )
-from retention.service import LOCK_NAME
-from tests.conftest import database_url_of_tests, purge
+from retention.results import Outcome, PurgeFailed
+from retention.service import LOCK_NAME, StopRequest
+from tests.support import database_url_of_tests, deletes_refused, purge
 from tests.factories import (
     BuildingDisplayOverrideFactory,
     ProjectCardFactory,
     PropertyObjectCardFactory,
     PropertyObjectDisplayOverrideFactory,
 )
-from tests.retention.conftest import Exposition, free_loopback_port
+from tests.support import Exposition, free_loopback_port
 
 pytestmark = pytest.mark.django_db
 
@@ -74,7 +74,7 @@ def test_a_run_pushes_its_metrics_to_the_pushgateway(settings, pushgateway):
     assert pushed.value(DELETED_PROJECT_CARDS) == 1
     assert pushed.value(DELETED_OVERRIDES) == 3
     assert pushed.value(BATCHES_PROCESSED) == 3
-    assert {outcome: pushed.value(RUNS, outcome=outcome) for outcome in OUTCOMES} == {
+    assert {outcome: pushed.value(RUNS, outcome=outcome) for outcome in Outcome} == {
         "completed": 1, "has_more": 0, "stopped": 0, "lock_busy": 0, "failed": 0,
     }
     assert before <= pushed.value(LAST_SUCCESS) <= time.time()
@@ -108,22 +108,15 @@ def test_a_failed_run_counts_as_failed_and_leaves_the_last_success_in_place(sett
     settings.PROMETHEUS_PUSHGATEWAY_URL = pushgateway
     purge()
     last_success = Exposition.scrape(pushgateway).value(LAST_SUCCESS)
-    PropertyObjectCardFactory(long_delisted=True)
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "CREATE FUNCTION public.refuse_delete() RETURNS trigger LANGUAGE plpgsql AS "
-            "$$ BEGIN RAISE EXCEPTION 'deletes refused by the test'; END $$"
-        )
-        cursor.execute(
-            "CREATE TRIGGER refuse_delete BEFORE DELETE ON catalog.property_object_cards "
-            "FOR EACH ROW EXECUTE FUNCTION public.refuse_delete()"
-        )
+    PropertyObjectCardFactory.create_batch(3, long_delisted=True, title="deletable")
+    PropertyObjectCardFactory(long_delisted=True, title="poison")
 
-    with pytest.raises(DatabaseError):
+    with deletes_refused(when="OLD.title = 'poison'"), pytest.raises(PurgeFailed):
         purge()
 
     pushed = Exposition.scrape(pushgateway)
     assert pushed.value(RUNS, outcome="failed") == 1
+    assert pushed.value(DELETED_PROPERTY_OBJECT_CARDS) == 3  # what the failed run deleted is final
     assert pushed.value(RUNS, outcome="completed") == 1
     assert pushed.value(LAST_SUCCESS) == last_success
     assert pushed.value(f"{RUN_DURATION}_count") == 2
@@ -153,7 +146,7 @@ def test_a_dead_pushgateway_does_not_fail_the_purge(settings, textfile, caplog):
 
     result = json.loads(out.getvalue())
     assert result["deleted_property_object_cards"] == 3 and result["stop_reason"] == "completed"
-    warnings = [r for r in caplog.records if r.levelname == "WARNING" and dead_gateway in r.getMessage()]
+    warnings = [r for r in caplog.records if r.levelname == "WARNING" and dead_gateway in getattr(r, "sink", "")]
     assert warnings and all(r.run_id == result["run_id"] for r in warnings)
     assert read_textfile(textfile).value(RUNS, outcome="completed") == 1  # the other sink still got it
 
@@ -186,10 +179,16 @@ def test_the_backlog_is_exported_when_a_run_starts_and_when_it_ends(textfile):
     assert read_textfile(textfile).value(BACKLOG, kind="property_object", scope="overdue") == 0
 
 
+def stopped_already() -> StopRequest:
+    stop = StopRequest()
+    stop.request()
+    return stop
+
+
 @pytest.mark.parametrize(
     ("limits", "outcome", "counts_as_success"),
     [
-        ({"should_stop": lambda: True}, "stopped", False),
+        ({"stop": stopped_already()}, "stopped", False),
         ({"batch_size": 1, "max_batches": 1}, "has_more", True),
     ],
 )
@@ -204,11 +203,26 @@ def test_stopped_and_has_more_runs_are_counted_by_outcome(textfile, limits, outc
     assert (written.value(LAST_SUCCESS) is not None) == counts_as_success
 
 
-def test_without_a_sink_a_run_measures_nothing_for_metrics(settings):
-    settings.PROMETHEUS_PUSHGATEWAY_URL = ""
-    settings.DELISTED_RETENTION_METRICS_TEXTFILE = ""
+def backlog_counts(queries) -> list[str]:
+    """Statements that count cards: any count() outside a batch's own lock and delete statements."""
+    return [
+        q["sql"] for q in queries.captured_queries
+        if "count(" in q["sql"].lower() and "for update" not in q["sql"].lower() and "delete" not in q["sql"].lower()
+    ]
+
+
+@pytest.mark.parametrize("sinks", ["none", "textfile and pushgateway"])
+def test_a_run_counts_the_backlog_twice_whatever_reads_it(settings, tmp_path, pushgateway, sinks):
+    """The start count feeds the result, the metrics and the progress bar; the end count has_more, the held-back
+    projects and the metrics."""
+    if sinks != "none":
+        settings.DELISTED_RETENTION_METRICS_TEXTFILE = str(tmp_path / "catalog_delisted_retention.prom")
+        settings.PROMETHEUS_PUSHGATEWAY_URL = pushgateway
+    catalog_with_overdue_cards()
+    totals = []
 
     with CaptureQueriesContext(connection) as queries:
-        purge()
+        result = purge(batch_size=1, max_batches=2, on_start=lambda backlog: totals.append(backlog.overdue_cards))
 
-    assert not any("MIN(" in query["sql"] for query in queries.captured_queries)  # no backlog aggregate
+    assert len(backlog_counts(queries)) == 2
+    assert totals == [4] and result.overdue_property_object_cards == 3 and result.has_more is True

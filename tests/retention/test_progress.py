@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from tests.conftest import PROJECT_ROOT, manage_command, manage_env, run_manage
+from tests.support import PROJECT_ROOT, manage_command, manage_env, run_manage
 from tests.factories import PropertyObjectCardFactory
 
 pytestmark = pytest.mark.django_db(transaction=True)

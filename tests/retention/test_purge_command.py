@@ -16,7 +16,7 @@ from django.utils import timezone
 from catalog.models import CardStatus, PropertyObjectCard
 from retention.locks import advisory_lock_key
 from retention.service import LOCK_NAME
-from tests.conftest import PROJECT_ROOT, database_url_of_tests, manage_command, manage_env, run_manage
+from tests.support import PROJECT_ROOT, database_url_of_tests, deletes_refused, manage_command, manage_env, run_manage
 from tests.factories import ProjectCardFactory, PropertyObjectCardFactory
 
 pytestmark = pytest.mark.django_db
@@ -25,6 +25,7 @@ RESULT_FIELDS = {
     "run_id", "cutoff", "stop_reason", "has_more", "deleted_property_object_cards", "deleted_project_cards",
     "deleted_property_object_overrides", "deleted_building_overrides", "deleted_overrides", "batches_processed",
     "projects_held_back", "overdue_property_object_cards", "overdue_project_cards", "duration_seconds", "dry_run",
+    "outcome", "culprits", "error", "replica_lag_wait_seconds",
 }
 
 
@@ -127,7 +128,8 @@ def test_dry_run_option_deletes_nothing():
 
     result = purge_json("--dry-run")
 
-    assert result["dry_run"] is True and result["deleted_property_object_cards"] == 2
+    assert result["dry_run"] is True and result["would_delete_property_object_cards"] == 2
+    assert not any(key.startswith("deleted_") for key in result)  # a dry run deleted nothing
     assert PropertyObjectCard.objects.count() == 2
 
 
@@ -137,22 +139,14 @@ def test_exit_status_is_2_for_bad_options_and_1_for_a_failed_batch():
     bad = run_manage("purge_delisted", "--max-batches", "0")
     assert bad.returncode == 2 and "DELISTED_RETENTION_MAX_BATCHES_PER_RUN" in bad.stderr and bad.stdout == ""
 
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "CREATE FUNCTION catalog.fail() RETURNS trigger LANGUAGE plpgsql AS $$"
-            " BEGIN RAISE EXCEPTION 'disk on fire'; END $$;"
-            "CREATE TRIGGER fail BEFORE DELETE ON catalog.property_object_cards"
-            " FOR EACH ROW EXECUTE FUNCTION catalog.fail();"
-        )
-    try:
+    with deletes_refused(error="disk on fire", sqlstate="40001"):
         failed = run_manage("purge_delisted", "--json")
-    finally:
-        with connection.cursor() as cursor:
-            cursor.execute("DROP TRIGGER fail ON catalog.property_object_cards; DROP FUNCTION catalog.fail();")
 
     assert failed.returncode == 1, failed.stderr
-    assert failed.stdout == ""
+    result = json.loads(failed.stdout)  # the result of the failed run, and nothing else
+    assert (result["stop_reason"], result["outcome"], result["batches_processed"]) == ("failed", "failed", 0)
     assert "batch failed run_id=" in failed.stderr and "disk on fire" in failed.stderr
+    assert failed.stderr.strip().splitlines()[-1].split(" ", 3)[3].startswith("purge_delisted: error: disk on fire")
     assert PropertyObjectCard.objects.count() == 2
 
 

@@ -6,7 +6,7 @@ import pytest
 from django.db import connection
 
 from catalog.demo_data import seed_demo_data
-from tests.conftest import purge
+from tests.support import purge
 
 pytestmark = pytest.mark.django_db
 

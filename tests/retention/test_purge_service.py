@@ -1,5 +1,6 @@
 """The design document's test table, against the service on the real PostgreSQL."""
 
+import time
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -15,8 +16,11 @@ from catalog.models import (
     PropertyObjectDisplayOverride,
 )
 from catalog.operations import UpsertOutcome, upsert_property_object
-from retention.service import PurgeSettingsError, StopReason
-from tests.conftest import held_in_another_transaction, purge
+from config.logging import TextFormatter
+from retention.limits import PurgeLimitsError
+from retention.results import PurgeFailed, StopReason
+from retention.service import StopRequest, purge_delisted_cards
+from tests.support import deletes_refused, held_in_another_transaction, purge
 from tests.factories import (
     BuildingDisplayOverrideFactory,
     DeveloperRankingRuleFactory,
@@ -188,7 +192,8 @@ def test_max_batches_stops_with_has_more():
 def test_max_duration_stops_with_has_more_before_any_batch():
     overdue_objects(3)
 
-    result = purge(now=NOW, max_duration=timedelta(microseconds=1))
+    # The run's clock starts before its start count; by the first batch its one second is gone.
+    result = purge(now=NOW, max_duration=timedelta(seconds=1), on_start=lambda backlog: time.sleep(1.05))
 
     assert result.stop_reason == StopReason.MAX_DURATION
     assert result.batches_processed == 0 and result.has_more is True
@@ -198,8 +203,14 @@ def test_max_duration_stops_with_has_more_before_any_batch():
 def test_stop_request_is_honoured_between_batches():
     overdue_objects(6)
     batches_seen = []
+    stop = StopRequest()
 
-    result = purge(now=NOW, batch_size=2, on_batch=batches_seen.append, should_stop=lambda: len(batches_seen) == 2)
+    def stop_after_two_batches(deleted):
+        batches_seen.append(deleted)
+        if len(batches_seen) == 2:
+            stop.request()
+
+    result = purge(now=NOW, batch_size=2, on_batch=stop_after_two_batches, stop=stop)
 
     assert result.stop_reason == StopReason.STOPPED
     assert result.batches_processed == 2 and result.deleted_property_object_cards == 4
@@ -208,36 +219,64 @@ def test_stop_request_is_honoured_between_batches():
 
 def test_batches_take_the_oldest_overdue_cards_first():
     project = ProjectCardFactory()
-    oldest = PropertyObjectCardFactory(project_id=project.id, status=CardStatus.DELISTED,
-                                       updated_at=LONG_AGO - timedelta(days=3))
+    # The newer card is written first, so the table's own order is not the age order.
     newer = PropertyObjectCardFactory(project_id=project.id, status=CardStatus.DELISTED, updated_at=LONG_AGO)
+    PropertyObjectCardFactory(project_id=project.id, status=CardStatus.DELISTED,
+                              updated_at=LONG_AGO - timedelta(days=3))
 
-    purge(now=NOW, batch_size=1, max_batches=1)
+    result = purge(now=NOW, batch_size=1, max_batches=1)
 
+    assert result.deleted_property_object_cards == 1
     assert list(PropertyObjectCard.objects.values_list("id", flat=True)) == [newer.id]
-    assert oldest.id != newer.id
 
 
 @pytest.mark.parametrize(
     ("limit", "value", "message"),
     [
-        ("retention", timedelta(0), "retention period must be greater than zero"),
-        ("retention", timedelta(days=-1), "retention period must be greater than zero"),
+        ("retention", timedelta(0), "retention period must be greater than 0 and at most 36500 days, got 0 days"),
+        ("retention", timedelta(days=-1), "retention period must be greater than 0 and at most 36500 days, got -1 days"),
+        ("retention", 30, "retention must be timedelta(days=…), got int 30"),
         ("batch_size", 0, "batch size must be between 1 and 10000, got 0"),
         ("batch_size", 10_001, "batch size must be between 1 and 10000, got 10001"),
+        ("batch_size", "2000", "batch_size must be a number, got str '2000'"),
         ("max_batches", 0, "max batches per run must be between 1 and 1000000, got 0"),
-        ("max_duration", timedelta(0), "max run duration must be greater than zero"),
+        ("max_duration", timedelta(0), "max run duration must be greater than 0 and at most 86400 seconds, got 0 seconds"),
     ],
 )
 def test_invalid_limits_are_rejected_before_anything_is_touched(limit, value, message):
     overdue_objects(2)
 
-    with CaptureQueriesContext(connection) as queries, pytest.raises(PurgeSettingsError, match=message) as error:
+    with CaptureQueriesContext(connection) as queries, pytest.raises(PurgeLimitsError) as error:
         purge(now=NOW, **{limit: value})
 
-    assert error.value.field == limit
+    [(bad_limit, problem)] = error.value.problems
+    assert (bad_limit.field, problem) == (limit, message)
     assert len(queries) == 0  # no lock taken, nothing read
     assert PropertyObjectCard.objects.count() == 2
+
+
+def test_every_bad_limit_is_reported_at_once(settings):
+    settings.DELISTED_RETENTION_BATCH_SIZE = 0
+    settings.DELISTED_RETENTION_LOCK_TIMEOUT_MS = -1
+
+    with pytest.raises(PurgeLimitsError) as error:
+        purge()
+
+    assert [limit.setting for limit, _ in error.value.problems] == [
+        "DELISTED_RETENTION_BATCH_SIZE", "DELISTED_RETENTION_LOCK_TIMEOUT_MS",
+    ]
+
+
+def test_without_arguments_the_service_runs_at_the_settings_limits(settings):
+    settings.DELISTED_RETENTION_BATCH_SIZE = 2
+    settings.DELISTED_RETENTION_MAX_BATCHES_PER_RUN = 1
+    overdue_objects(3)
+
+    result = purge_delisted_cards()
+
+    assert (result.deleted_property_object_cards, result.stop_reason, result.has_more) == (
+        2, StopReason.MAX_BATCHES, True,
+    )
 
 
 def test_each_batch_runs_the_same_small_number_of_statements_whatever_its_size():
@@ -253,12 +292,15 @@ def test_each_batch_runs_the_same_small_number_of_statements_whatever_its_size()
     small = statements_per_batch(2)
     large = statements_per_batch(50)
 
-    # Both runs: 3 full batches, then one empty selection per phase; one DELETE statement per batch.
+    # Both runs: 3 full batches, then one empty selection per phase (objects, projects, two kinds of orphan
+    # overrides); one DELETE statement per batch.
     assert small == large
-    assert small[1:] == (5, 3)
+    assert small[1:] == (7, 3)
 
 
-def test_dry_run_deletes_nothing_and_predicts_exactly_what_the_run_deletes():
+def catalog_for_previews() -> None:
+    """14 overdue objects: 3 Delisted projects with 3 objects each (overrides on all), a Delisted project held back
+    by a Published object, and 4 overdue objects of a Published project."""
     for _ in range(3):
         project = delisted_project_with_objects(3)
         BuildingDisplayOverrideFactory(project_id=project.id, is_deleted=True)
@@ -268,18 +310,33 @@ def test_dry_run_deletes_nothing_and_predicts_exactly_what_the_run_deletes():
     PropertyObjectCardFactory(project_id=blocked.id)
     overdue_objects(4)
 
-    for limits in ({"batch_size": 3, "max_batches": 2}, {"batch_size": 4, "max_batches": 5}, {"batch_size": 100}):
-        preview = purge(now=NOW, dry_run=True, **limits)
-        assert PropertyObjectCard.objects.count() + ProjectCard.objects.count() > 0
-        real = purge(now=NOW, **limits)
-        compared = (
-            "deleted_property_object_cards", "deleted_project_cards", "deleted_property_object_overrides",
-            "deleted_building_overrides", "batches_processed", "has_more", "stop_reason",
-            "overdue_property_object_cards", "overdue_project_cards",
-        )
-        assert {f: getattr(preview, f) for f in compared} == {f: getattr(real, f) for f in compared}, limits
-        assert preview.dry_run is True and real.dry_run is False
-    assert real.projects_held_back == preview.projects_held_back == 1
+
+@pytest.mark.parametrize(
+    "limits",
+    [
+        {"batch_size": 3, "max_batches": 2},  # stops inside the objects: projects held back by overdue objects
+        {"batch_size": 7, "max_batches": 2},  # every object in full batches: the projects never get a batch
+        {"batch_size": 4, "max_batches": 5},  # objects, then the projects take the last batch
+        {"batch_size": 100},  # everything
+    ],
+    ids=str,
+)
+def test_dry_run_deletes_nothing_and_predicts_exactly_what_the_run_deletes(limits):
+    catalog_for_previews()
+    before = PropertyObjectCard.objects.count() + ProjectCard.objects.count()
+
+    preview = purge(now=NOW, dry_run=True, **limits)
+    assert PropertyObjectCard.objects.count() + ProjectCard.objects.count() == before
+    real = purge(now=NOW, **limits)
+
+    compared = (
+        "deleted_property_object_cards", "deleted_project_cards", "deleted_property_object_overrides",
+        "deleted_building_overrides", "batches_processed", "has_more", "stop_reason", "projects_held_back",
+        "overdue_property_object_cards", "overdue_project_cards",
+    )
+    assert {f: getattr(preview, f) for f in compared} == {f: getattr(real, f) for f in compared}
+    assert real.deleted_property_object_cards > 0
+    assert preview.dry_run is True and real.dry_run is False
 
 
 def test_dry_run_changes_no_row():
@@ -324,46 +381,78 @@ def test_restore_holding_the_row_lock_wins_and_the_card_survives():
     assert PropertyObjectCard.objects.get(id=restored_card.id).status == CardStatus.PUBLISHED
 
 
-@pytest.mark.django_db(transaction=True)
-def test_failing_batch_rolls_back_alone_and_the_next_run_finishes_the_rest(caplog):
+def cards_aged_in_order(count: int, *, poison: set[int] = frozenset()) -> list:
+    """Overdue objects, oldest first, each with an override; those at the `poison` positions titled "poison"."""
     project = ProjectCardFactory()
-    for index in range(6):
+    cards = []
+    for index in range(count):
         card = PropertyObjectCardFactory(
             project_id=project.id, status=CardStatus.DELISTED, updated_at=LONG_AGO + timedelta(minutes=index),
-            title="poison" if index == 4 else f"flat {index}",
+            title="poison" if index in poison else f"flat {index}",
         )
         PropertyObjectDisplayOverrideFactory(property_object_id=card.id)
-    with connection.cursor() as cursor:
-        cursor.execute(
-            """
-            CREATE FUNCTION catalog.refuse_poison() RETURNS trigger LANGUAGE plpgsql AS $$
-            BEGIN
-                IF OLD.title = 'poison' THEN RAISE EXCEPTION 'poison card %', OLD.id; END IF;
-                RETURN OLD;
-            END $$;
-            CREATE TRIGGER refuse_poison BEFORE DELETE ON catalog.property_object_cards
-                FOR EACH ROW EXECUTE FUNCTION catalog.refuse_poison();
-            """
-        )
-    try:
-        with pytest.raises(Exception, match="poison card"):
-            purge(now=NOW, batch_size=2)
-        # Batches 1 and 2 (cards 0..3) committed; batch 3 (cards 4, 5) rolled back whole, overrides included.
-        assert PropertyObjectCard.objects.count() == 2
-        assert PropertyObjectDisplayOverride.objects.count() == 2
-        failure = next(r for r in caplog.records if r.levelname == "ERROR")
-        assert failure.phase == "property_objects" and failure.batch_index == 2
-        assert all(str(card_id) in failure.batch_ids for card_id in PropertyObjectCard.objects.values_list("id", flat=True))
-        assert failure.run_id
-    finally:
-        with connection.cursor() as cursor:
-            cursor.execute("DROP TRIGGER refuse_poison ON catalog.property_object_cards")
-            cursor.execute("DROP FUNCTION catalog.refuse_poison()")
+        cards.append(card)
+    return cards
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_infrastructure_error_rolls_its_batch_back_alone_and_the_next_run_finishes_the_rest(caplog):
+    cards_aged_in_order(6, poison={4})
+
+    with deletes_refused(when="OLD.title = 'poison'", sqlstate="40001"), pytest.raises(PurgeFailed) as failure:
+        purge(now=NOW, batch_size=2)
+
+    # Batches 1 and 2 (cards 0..3) committed; batch 3 (cards 4, 5) rolled back whole, overrides included.
+    assert PropertyObjectCard.objects.count() == 2 and PropertyObjectDisplayOverride.objects.count() == 2
+    result = failure.value.result
+    assert (result.stop_reason, result.batches_processed, result.deleted_property_object_cards) == (
+        StopReason.FAILED, 2, 4,
+    )
+    assert "deletes refused by the test" in result.error
+    failed = next(r for r in caplog.records if r.getMessage() == "batch failed")
+    assert (failed.phase, failed.batch_index, failed.sqlstate, failed.run_id) == (
+        "property_objects", 2, "40001", str(result.run_id),
+    )
+    [ids] = [r.batch_ids for r in caplog.records if r.getMessage() == "batch ids"]
+    assert sorted(ids) == sorted(str(card_id) for card_id in PropertyObjectCard.objects.values_list("id", flat=True))
 
     result = purge(now=NOW, batch_size=2)
 
     assert result.deleted_property_object_cards == 2 and result.stop_reason == StopReason.COMPLETED
     assert not PropertyObjectCard.objects.exists() and not PropertyObjectDisplayOverride.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_poison_card_is_isolated_the_rest_is_deleted_and_the_run_counts_as_failed(caplog):
+    cards = cards_aged_in_order(40, poison={5, 17})
+    project = delisted_project_with_objects(0)
+
+    with deletes_refused(when="OLD.title = 'poison'"), pytest.raises(PurgeFailed) as failure:
+        purge(now=NOW, batch_size=16)
+
+    poison = {cards[5].id, cards[17].id}
+    assert set(PropertyObjectCard.objects.values_list("id", flat=True)) == poison
+    assert set(PropertyObjectDisplayOverride.objects.values_list("property_object_id", flat=True)) == poison
+    assert not ProjectCard.objects.filter(id=project.id).exists()  # the run went on to the projects
+    result = failure.value.result
+    assert result.deleted_property_object_cards == 38 and result.deleted_project_cards == 1
+    assert {(c.phase, c.card_id) for c in result.culprits} == {("property_objects", str(i)) for i in poison}
+    assert all("deletes refused by the test" in c.error for c in result.culprits)
+    assert result.outcome == "failed" and result.has_more is False
+    culprit_lines = [r for r in caplog.records if r.levelname == "ERROR" and hasattr(r, "card_id")]
+    assert sorted(r.card_id for r in culprit_lines) == sorted(str(i) for i in poison)  # each logged once
+
+
+def test_a_project_held_back_by_a_poison_object_stays_held_back():
+    project = delisted_project_with_objects(3)
+    PropertyObjectCard.objects.filter(project_id=project.id).update(title="poison")
+
+    with deletes_refused(when="OLD.title = 'poison'"), pytest.raises(PurgeFailed) as failure:
+        purge(now=NOW)
+
+    assert ProjectCard.objects.filter(id=project.id).exists()
+    assert PropertyObjectCard.objects.filter(project_id=project.id).count() == 3
+    assert failure.value.result.projects_held_back == 1 and len(failure.value.result.culprits) == 3
 
 
 def test_every_log_record_of_a_run_carries_its_run_id(caplog):
@@ -376,7 +465,8 @@ def test_every_log_record_of_a_run_carries_its_run_id(caplog):
     assert len(records) == 4  # started, two batches, completed
     assert {r.run_id for r in records} == {str(result.run_id)}
     assert [r.levelname for r in records] == ["INFO", "DEBUG", "DEBUG", "INFO"]
-    assert all("title" not in r.getMessage() and "flat" not in r.getMessage().lower() for r in records)
+    # No PII: ids and counters only, in the message and in the structured fields alike.
+    assert all("flat" not in TextFormatter().format(r).lower() for r in records)
 
 
 def test_a_run_writes_no_checkpoint_audit_or_outbox_rows():

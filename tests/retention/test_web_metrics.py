@@ -10,7 +10,7 @@ from prometheus_client import REGISTRY, CollectorRegistry
 from catalog.models import CardStatus
 from retention.metrics import BACKLOG, BACKLOG_CACHE_SECONDS, BacklogCollector
 from tests.factories import ProjectCardFactory, PropertyObjectCardFactory
-from tests.retention.conftest import Exposition
+from tests.support import Exposition
 
 pytestmark = pytest.mark.django_db
 

@@ -1,36 +1,39 @@
 """`manage.py purge_delisted`: the nightly DelistedRetentionJob. Thin: parse, run the service, print.
 
-Exit status: 0 when the run completed, stopped on a limit or a signal, or skipped a busy lock; 2 for bad options
-or settings; 1 when a batch failed. The result goes to stdout (`--json`: one JSON object); logs go to stderr.
+The result goes to stdout (`--json`: one JSON object); logs and errors go to stderr through logging, so with
+LOG_FORMAT=json every stderr line is JSON, the final error included.
 """
 
+import argparse
 import json
+import logging
 import signal
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import timedelta
 
 from django.conf import settings
-from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.db import DatabaseError
+from django.core.management.base import BaseCommand, CommandError, CommandParser, DjangoHelpFormatter
 from tqdm import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
-from retention.backlog import compute_cutoff, measure_backlog
-from retention.service import PurgeResult, PurgeSettingsError, purge_delisted_cards
+from config.numbers import decimal_number, whole_number
+from retention.backlog import Backlog
+from retention.limits import LIMIT_OF_FIELD, LIMITS, PurgeLimits, PurgeLimitsError, number
+from retention.results import Outcome, PurgeFailed, PurgeResult
+from retention.service import StopRequest, purge_delisted_cards
 
-# Which option and setting feed each limit, for error messages an operator can act on.
-LIMIT_SOURCES = {
-    "retention": "--retention-days / DELISTED_RETENTION_PERIOD_DAYS",
-    "batch_size": "--batch-size / DELISTED_RETENTION_BATCH_SIZE",
-    "max_batches": "--max-batches / DELISTED_RETENTION_MAX_BATCHES_PER_RUN",
-    "max_duration": "--max-duration-seconds / DELISTED_RETENTION_MAX_RUN_DURATION_SECONDS",
-    "batch_pause": "--batch-pause-ms / DELISTED_RETENTION_BATCH_PAUSE_MS",
-    "statement_timeout": "DELISTED_RETENTION_STATEMENT_TIMEOUT_MS",
-    "lock_timeout": "DELISTED_RETENTION_LOCK_TIMEOUT_MS",
-}
+logger = logging.getLogger("retention.command")
+
+ERROR_PREFIX = "purge_delisted: error: "
+EXIT_CODES = """exit status:
+  0  completed, stopped on a limit (has_more), stopped by SIGTERM/SIGINT, or skipped: another run holds the lock
+  1  the run failed: a database error, a card that cannot be deleted (culprit), the database unreachable,
+     the catalog schema missing, or a transaction-pooling connection pooler in front of the job's database
+  2  bad option or setting: nothing was read, locked or deleted"""
+# -v: 0 errors only, 1 the start and end of a run, 2 and 3 a line per batch.
+LOG_LEVEL_OF_VERBOSITY = {0: logging.ERROR, 2: logging.DEBUG, 3: logging.DEBUG}
 
 
 class OneLineErrorParser(CommandParser):
@@ -39,128 +42,149 @@ class OneLineErrorParser(CommandParser):
 
     def error(self, message):
         if self.called_from_command_line:
-            self.exit(2, f"{self.prog}: error: {message}\n")
+            logger.error(ERROR_PREFIX + message)
+            self.exit(2)
         super().error(message)  # call_command(): CommandError
+
+
+class HelpFormatter(DjangoHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """Django's option order, and the exit codes' lines kept as written."""
 
 
 class Command(BaseCommand):
     help = "Physically delete catalog cards Delisted longer than the retention period, in bounded batches."
     # Options override settings, so the settings check (retention.checks) must not stop a run the options fix;
-    # the service validates the limits it is given.
+    # the command validates the limits it is given.
     requires_system_checks = []
 
     def create_parser(self, prog_name, subcommand, **kwargs):
         # A deleting job does not guess: `--retention` is not taken for `--retention-days`.
-        parser = super().create_parser(prog_name, subcommand, allow_abbrev=False, **kwargs)
+        parser = super().create_parser(prog_name, subcommand, allow_abbrev=False, epilog=EXIT_CODES, **kwargs)
         parser.__class__ = OneLineErrorParser  # BaseCommand.create_parser has no hook for the parser class
+        parser.formatter_class = HelpFormatter
         return parser
 
     def add_arguments(self, parser):
-        parser.add_argument("--retention-days", type=int, help="default: DELISTED_RETENTION_PERIOD_DAYS")
-        parser.add_argument("--batch-size", type=int, help="cards per batch; default: DELISTED_RETENTION_BATCH_SIZE")
-        parser.add_argument("--max-batches", type=int, help="default: DELISTED_RETENTION_MAX_BATCHES_PER_RUN")
+        for limit in LIMITS:
+            if limit.option:
+                parser.add_argument(
+                    limit.option, dest=limit.field, type=decimal_number if limit.unit == "factor" else whole_number,
+                    metavar="N", help=f"{limit.description}, {number(limit.minimum or 1)}..{number(limit.maximum)}"
+                    f"{' ' + limit.unit if limit.is_duration else ''} "
+                    f"(default: {limit.setting} = {getattr(settings, limit.setting)})",
+                )
         parser.add_argument(
-            "--max-duration-seconds", type=int, help="default: DELISTED_RETENTION_MAX_RUN_DURATION_SECONDS"
-        )
-        parser.add_argument(
-            "--batch-pause-ms", type=int, help="sleep between batches; default: DELISTED_RETENTION_BATCH_PAUSE_MS"
+            "--database", help=f"database alias to run on (default: DELISTED_RETENTION_LOCK_DATABASE = "
+            f"{settings.DELISTED_RETENTION_LOCK_DATABASE})",
         )
         parser.add_argument("--dry-run", action="store_true", help="count what would be deleted; delete nothing")
         parser.add_argument("--json", action="store_true", help="print the result as one JSON object")
 
-    def handle(self, *args, **options):
-        def option_or_setting(option, setting):
-            return options[option] if options[option] is not None else getattr(settings, setting)
-
+    def execute(self, *args, **options):
+        """From the command line, an error is logged (one line, in the log format) instead of printed."""
         try:
-            retention = duration("retention", days=option_or_setting("retention_days", "DELISTED_RETENTION_PERIOD_DAYS"))
-            show_progress = sys.stderr.isatty() and not options["json"] and not options["dry_run"]
-            with (
-                stop_on_signals() as stop_requested,
-                progress_bar(enabled=show_progress, retention=retention) as on_batch,
-            ):
-                result = purge_delisted_cards(
-                    retention=retention,
-                    batch_size=option_or_setting("batch_size", "DELISTED_RETENTION_BATCH_SIZE"),
-                    max_batches=option_or_setting("max_batches", "DELISTED_RETENTION_MAX_BATCHES_PER_RUN"),
-                    max_duration=duration(
-                        "max_duration",
-                        seconds=option_or_setting(
-                            "max_duration_seconds", "DELISTED_RETENTION_MAX_RUN_DURATION_SECONDS"
-                        ),
-                    ),
-                    batch_pause=duration(
-                        "batch_pause",
-                        milliseconds=option_or_setting("batch_pause_ms", "DELISTED_RETENTION_BATCH_PAUSE_MS"),
-                    ),
-                    statement_timeout=duration(
-                        "statement_timeout", milliseconds=settings.DELISTED_RETENTION_STATEMENT_TIMEOUT_MS
-                    ),
-                    lock_timeout=duration("lock_timeout", milliseconds=settings.DELISTED_RETENTION_LOCK_TIMEOUT_MS),
-                    dry_run=options["dry_run"],
-                    should_stop=stop_requested.is_set,
-                    on_batch=on_batch,
-                    lock_using=settings.DELISTED_RETENTION_LOCK_DATABASE,
-                )
-        except PurgeSettingsError as error:
-            raise CommandError(f"{LIMIT_SOURCES[error.field]}: {error}", returncode=2) from None
-        except DatabaseError as error:
-            # The failed batch is already logged with run_id and its ids, and rolled back whole.
-            raise CommandError(f"purge failed: {error}".strip(), returncode=1) from error
+            return super().execute(*args, **options)
+        except CommandError as error:
+            if not self._called_from_command_line:
+                raise
+            logger.error(ERROR_PREFIX + str(error))
+            sys.exit(error.returncode)
 
+    def handle(self, *args, **options):
+        try:
+            limits = PurgeLimits.from_settings({field: options.get(field) for field in LIMIT_OF_FIELD})
+        except PurgeLimitsError as error:
+            raise CommandError(str(error), returncode=2) from None
+        using = options["database"] or settings.DELISTED_RETENTION_LOCK_DATABASE
+        if using not in settings.DATABASES:
+            raise CommandError(
+                f"--database: no database alias {using!r} (configured: {', '.join(settings.DATABASES)})",
+                returncode=2,
+            )
+        verbosity = options["verbosity"]
+        if verbosity in LOG_LEVEL_OF_VERBOSITY:
+            logging.getLogger("retention").setLevel(LOG_LEVEL_OF_VERBOSITY[verbosity])
+        show_progress = sys.stderr.isatty() and not options["json"] and not options["dry_run"] and verbosity >= 1
+
+        with stop_on_signals() as stop, progress_bar(enabled=show_progress) as progress:
+            try:
+                result = purge_delisted_cards(
+                    limits, dry_run=options["dry_run"], stop=stop, on_start=progress.start,
+                    on_batch=progress.update, using=using,
+                )
+            except PurgeFailed as failure:
+                if failure.result.cutoff is not None:
+                    self.print_result(failure.result, options)
+                raise CommandError(failure.result.error, returncode=1) from None
+        self.print_result(result, options)
+
+    def print_result(self, result: PurgeResult, options) -> None:
         if options["json"]:
             self.stdout.write(json.dumps(result.as_dict()))
-        else:
+        elif options["verbosity"] >= 1:
             self.stdout.write(summary(result))
 
 
-def duration(field: str, **amount: int) -> timedelta:
-    """A limit as a timedelta; a number too large for one is reported like any other out-of-range limit."""
-    try:
-        return timedelta(**amount)
-    except OverflowError:
-        [(unit, value)] = amount.items()
-        raise PurgeSettingsError(field, f"{value} {unit} is out of range") from None
-
-
 def summary(result: PurgeResult) -> str:
-    if result.stop_reason == "lock_busy":
+    if result.outcome == Outcome.LOCK_BUSY:
         return f"skipped: another purge_delisted run holds the lock (run_id {result.run_id})"
     verb = "would delete" if result.dry_run else "deleted"
+    has_more = {True: "yes", False: "no", None: "unknown"}[result.has_more]
+    culprits = f", cards that cannot be deleted: {len(result.culprits)}" if result.culprits else ""
     return (
         f"{'dry run' if result.dry_run else 'purge'} {result.stop_reason}: {verb} "
         f"{result.deleted_property_object_cards} property object cards, {result.deleted_project_cards} project cards "
         f"and {result.deleted_overrides} display overrides in {result.batches_processed} batches; "
-        f"has_more={'yes' if result.has_more else 'no'}, projects held back: {result.projects_held_back}, "
+        f"has_more={has_more}, projects held back: {result.projects_held_back}{culprits}, "
         f"overdue at start: {result.overdue_property_object_cards} property objects, "
         f"{result.overdue_project_cards} projects; cutoff {result.cutoff.isoformat()}; "
         f"{result.duration_seconds:.3f}s; run_id {result.run_id}"
     )
 
 
+class ProgressBar:
+    """For a person at a terminal: a bar over the cards overdue when the run starts (the run's own start count), on
+    stderr, with log lines printed above it."""
+
+    def __init__(self, enabled: bool):
+        self.enabled = enabled
+        self.bar = None
+
+    def start(self, backlog: Backlog) -> None:
+        if self.enabled:
+            self.bar = tqdm(total=backlog.overdue_cards, unit="cards", desc="purge_delisted", file=sys.stderr)
+
+    def update(self, deleted: int) -> None:
+        if self.bar is not None:
+            self.bar.update(deleted)
+
+
 @contextmanager
-def progress_bar(*, enabled: bool, retention: timedelta) -> Iterator[Callable[[int], None] | None]:
-    """For a person at a terminal: a bar over the cards overdue now, on stderr, with log lines printed above it.
-    Cron, pipes, --json and --dry-run get nothing extra, not even the count."""
+def progress_bar(*, enabled: bool) -> Iterator[ProgressBar]:
+    """Cron, pipes, --json and --dry-run get nothing extra."""
+    progress = ProgressBar(enabled)
     if not enabled:
-        yield None
+        yield progress
         return
-    overdue = measure_backlog(cutoff=compute_cutoff(retention, None, "default")).overdue_cards
-    with logging_redirect_tqdm(), tqdm(total=overdue, unit="cards", desc="purge_delisted", file=sys.stderr) as bar:
-        yield bar.update
+    with logging_redirect_tqdm():
+        try:
+            yield progress
+        finally:
+            if progress.bar is not None:
+                progress.bar.close()
 
 
 @contextmanager
-def stop_on_signals():
-    """SIGTERM and SIGINT ask for a graceful stop: the service checks before each batch, so the batch in flight
-    commits or rolls back whole. Outside the main thread (tests) no handler can be installed; nothing changes."""
-    stop_requested = threading.Event()
+def stop_on_signals() -> Iterator[StopRequest]:
+    """SIGTERM and SIGINT ask for a graceful stop: it cancels the statement in flight, whose batch rolls back whole,
+    and ends the run before the next batch. Outside the main thread (tests) no handler can be installed."""
+    stop = StopRequest()
     if threading.current_thread() is not threading.main_thread():
-        yield stop_requested
+        yield stop
         return
-    previous = {sig: signal.signal(sig, lambda *_: stop_requested.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
+    previous = {sig: signal.signal(sig, lambda *_: stop.request()) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
-        yield stop_requested
+        yield stop
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)

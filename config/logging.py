@@ -1,0 +1,89 @@
+"""Log formatters for stderr: `text` for people, `json` for journald / Loki. Both stamp records in ISO 8601 UTC,
+render each structured field (`extra`) once — the message says what happened, the fields say which and how many —
+and keep every line within MAX_LINE_BYTES, so that syslog and journald never split a record."""
+
+import json
+import logging
+from datetime import datetime, timezone
+
+from pythonjsonlogger import json as jsonlogger
+
+MAX_LINE_BYTES = 8192
+# What every LogRecord has: anything else on a record came in through `extra`.
+RECORD_ATTRIBUTES = set(vars(logging.makeLogRecord({}))) | {"message", "asctime", "taskName"}
+
+
+def utc_timestamp(record: logging.LogRecord) -> str:
+    return datetime.fromtimestamp(record.created, tz=timezone.utc).isoformat(timespec="milliseconds")
+
+
+def extra_fields(record: logging.LogRecord) -> dict:
+    return {key: value for key, value in vars(record).items() if key not in RECORD_ATTRIBUTES}
+
+
+def shortened(text: str, limit: int, *, keep: str = "head") -> str:
+    """`text` within `limit` bytes of UTF-8; a traceback keeps its tail, where the error is."""
+    if len(text.encode()) <= limit:
+        return text
+    marker = "…[truncated]…"
+    room = max(0, limit - len(marker.encode()))
+    data = text.encode()
+    cut = data[len(data) - room:] if keep == "tail" else data[:room]
+    cut = cut.decode(errors="ignore")
+    return marker + cut if keep == "tail" else cut + marker
+
+
+def rendered(value) -> str:
+    if isinstance(value, (list, tuple, dict)):
+        return json.dumps(value, default=str)
+    text = str(value)
+    return json.dumps(text) if not text or any(c.isspace() or c in '"=' for c in text) else text
+
+
+class TextFormatter(logging.Formatter):
+    """`2026-12-03T03:30:00.123+00:00 INFO retention.service purge started run_id=… cutoff=…`; a traceback follows
+    on its own lines."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        fields = " ".join(f"{key}={rendered(value)}" for key, value in extra_fields(record).items())
+        line = f"{utc_timestamp(record)} {record.levelname} {record.name} {record.getMessage()}"
+        line = shortened(f"{line} {fields}" if fields else line, MAX_LINE_BYTES)
+        if record.exc_info:
+            lines = self.formatException(record.exc_info).splitlines()
+            line += "".join(f"\n{shortened(traceback_line, MAX_LINE_BYTES)}" for traceback_line in lines)
+        return line
+
+
+class JsonFormatter(jsonlogger.JsonFormatter):
+    """One JSON object per line: time, level, logger, message, the structured fields, and a traceback as one string
+    (`exc_info`). A line that would pass MAX_LINE_BYTES has its longest strings shortened (a traceback from the top)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(
+            "%(levelname)s %(name)s %(message)s",
+            rename_fields={"levelname": "level", "name": "logger"},
+            timestamp="time",
+            json_ensure_ascii=False,
+        )
+
+    def process_log_record(self, log_data: dict) -> dict:
+        line = json.dumps(log_data, default=str, ensure_ascii=False)
+        excess = len(line.encode()) - MAX_LINE_BYTES
+        longest_first = sorted((key for key, value in log_data.items() if isinstance(value, str)),
+                               key=lambda key: -len(log_data[key]))
+        for key in longest_first:
+            if excess <= 0:
+                break
+            size = len(log_data[key].encode())
+            log_data[key] = shortened(log_data[key], max(64, size - excess - 64),
+                                      keep="tail" if key == "exc_info" else "head")
+            excess -= size - len(log_data[key].encode())
+        return log_data
+
+
+class RunLog(logging.LoggerAdapter):
+    """Adds the run's fields (its run_id) to every record as structured fields, keeping the call's own `extra`."""
+
+    def process(self, msg, kwargs):
+        kwargs["extra"] = {**self.extra, **kwargs.get("extra", {})}
+        return msg, kwargs

@@ -1,0 +1,168 @@
+"""The limits of a run of the retention job: one frozen, typed value, and one table saying where each limit comes
+from (command-line option, setting), in which unit, and within which bounds.
+
+`PurgeLimits.from_settings(options)` is the one constructor: it merges command-line options over the settings,
+converts units, and validates, reporting every bad value at once. The command, `manage.py check`, the admin page
+and the web metrics all build their limits with it, so they name the same option and setting an operator can fix.
+Building a `PurgeLimits` by hand (tests, `manage.py shell`) validates the same way.
+
+Each bound is in the unit of the option and the setting. Beyond it a value is a typo, not a choice, and some
+values would overflow Python's timedelta or PostgreSQL (a cutoff before year 1, a statement_timeout above INT_MAX
+milliseconds).
+"""
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+
+from django.conf import settings
+
+MAX_TIMEOUT_MS = 2**31 - 1  # the largest statement_timeout / lock_timeout PostgreSQL takes
+
+
+@dataclass(frozen=True)
+class Limit:
+    field: str
+    description: str
+    option: str | None  # None: a setting only
+    setting: str
+    unit: str | None  # a timedelta unit ("days", "seconds", "milliseconds"), "factor", or None for a count
+    minimum: float  # None: greater than zero (a duration; its setting, a whole number, is then at least 1)
+    maximum: float
+
+    @property
+    def source(self) -> str:
+        """Where an operator sets it, for error messages."""
+        return f"{self.option} / {self.setting}" if self.option else self.setting
+
+    @property
+    def is_duration(self) -> bool:
+        return self.unit in ("days", "seconds", "milliseconds")
+
+    def in_unit(self, value) -> float:
+        return value / timedelta(**{self.unit: 1}) if self.is_duration else value
+
+    def problem(self, value: float) -> str | None:
+        """What is wrong with a value in this limit's unit, or None."""
+        low_enough = value > 0 if self.minimum is None else value >= self.minimum
+        if low_enough and value <= self.maximum:
+            return None
+        unit = f" {self.unit}" if self.is_duration else ""
+        accepted = (
+            f"greater than 0 and at most {number(self.maximum)}" if self.minimum is None
+            else f"between {number(self.minimum)} and {number(self.maximum)}"
+        )
+        return f"{self.description} must be {accepted}{unit}, got {number(value)}{unit}"
+
+
+def number(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() and abs(value) < 10**18 else f"{value:g}"
+
+
+LIMITS = (
+    Limit("retention", "retention period", "--retention-days", "DELISTED_RETENTION_PERIOD_DAYS", "days", None, 36_500),
+    Limit("batch_size", "batch size", "--batch-size", "DELISTED_RETENTION_BATCH_SIZE", None, 1, 10_000),
+    Limit(
+        "max_batches", "max batches per run", "--max-batches", "DELISTED_RETENTION_MAX_BATCHES_PER_RUN", None,
+        1, 1_000_000,
+    ),
+    # A nightly run must end before the next one is due.
+    Limit(
+        "max_duration", "max run duration", "--max-duration-seconds", "DELISTED_RETENTION_MAX_RUN_DURATION_SECONDS",
+        "seconds", None, 86_400,
+    ),
+    Limit(
+        "batch_pause", "batch pause", "--batch-pause-ms", "DELISTED_RETENTION_BATCH_PAUSE_MS", "milliseconds",
+        0, 60_000,
+    ),
+    # pt-archiver's --sleep-coef: after each batch, sleep this many times as long as the batch took.
+    Limit(
+        "batch_pause_factor", "batch pause factor", "--batch-pause-factor", "DELISTED_RETENTION_BATCH_PAUSE_FACTOR",
+        "factor", 0, 100,
+    ),
+    # 0 is off: the job does not look at the standbys.
+    Limit(
+        "max_replica_lag", "max replica lag", "--max-replica-lag-seconds",
+        "DELISTED_RETENTION_MAX_REPLICA_LAG_SECONDS", "seconds", 0, 86_400,
+    ),
+    Limit(
+        "replica_lag_wait", "replica lag wait", "--replica-lag-wait-seconds",
+        "DELISTED_RETENTION_REPLICA_LAG_WAIT_SECONDS", "seconds", None, 86_400,
+    ),
+    Limit(
+        "statement_timeout", "statement timeout", None, "DELISTED_RETENTION_STATEMENT_TIMEOUT_MS", "milliseconds",
+        None, MAX_TIMEOUT_MS,
+    ),
+    Limit(
+        "lock_timeout", "lock timeout", None, "DELISTED_RETENTION_LOCK_TIMEOUT_MS", "milliseconds", None, MAX_TIMEOUT_MS,
+    ),
+)
+LIMIT_OF_FIELD = {limit.field: limit for limit in LIMITS}
+
+
+class PurgeLimitsError(ValueError):
+    """One or more limits are bad. Raised before anything is locked or read. `problems` pairs each bad limit with
+    what is wrong, one line each, naming the option and the setting."""
+
+    def __init__(self, problems: list[tuple[Limit, str]]):
+        self.problems = problems
+        super().__init__("; ".join(f"{limit.source}: {message}" for limit, message in problems))
+
+
+@dataclass(frozen=True)
+class PurgeLimits:
+    retention: timedelta
+    batch_size: int
+    max_batches: int
+    max_duration: timedelta
+    batch_pause: timedelta
+    batch_pause_factor: float
+    max_replica_lag: timedelta
+    replica_lag_wait: timedelta
+    statement_timeout: timedelta
+    lock_timeout: timedelta
+
+    def __post_init__(self):
+        problems = []
+        for limit in LIMITS:
+            value = getattr(self, limit.field)
+            expected = timedelta if limit.is_duration else (int, float) if limit.unit == "factor" else int
+            if isinstance(value, bool) or not isinstance(value, expected):
+                example = f"timedelta({limit.unit}=…)" if limit.is_duration else "a number"
+                problems.append((limit, f"{limit.field} must be {example}, got {type(value).__name__} {value!r}"))
+            elif message := limit.problem(limit.in_unit(value)):
+                problems.append((limit, message))
+        if problems:
+            raise PurgeLimitsError(problems)
+
+    @classmethod
+    def from_settings(cls, options: Mapping[str, float | None] | None = None) -> "PurgeLimits":
+        """The limits of tonight's run: each option given (in its unit, keyed by field; None: not given) over its
+        setting. Every bad value is reported at once."""
+        options = options or {}
+        raw = {}
+        problems = []
+        for limit in LIMITS:
+            given = options.get(limit.field)
+            value = given if given is not None else getattr(settings, limit.setting)
+            if message := limit.problem(value):
+                problems.append((limit, message))
+            raw[limit.field] = value
+        if problems:
+            raise PurgeLimitsError(problems)
+        return cls(**{
+            field: timedelta(**{LIMIT_OF_FIELD[field].unit: value}) if LIMIT_OF_FIELD[field].is_duration else value
+            for field, value in raw.items()
+        })
+
+    def replace(self, **changes) -> "PurgeLimits":
+        return dataclasses.replace(self, **changes)
+
+
+def settings_rows() -> list[tuple[str, object, str]]:
+    """(setting, value as set, unit) of every limit, for the admin page."""
+    return [
+        (limit.setting, getattr(settings, limit.setting), limit.unit if limit.is_duration else "")
+        for limit in LIMITS
+    ]

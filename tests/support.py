@@ -1,0 +1,171 @@
+"""Helpers the tests import: the job as a service call or a real process, the test database's URL, lock holders,
+a trigger that makes deletes fail, Prometheus expositions. Fixtures live in the conftest modules."""
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+from django.db import connection, connections, transaction
+from prometheus_client.parser import text_string_to_metric_families
+
+from retention.limits import PurgeLimits
+from retention.locks import key_parts
+from retention.service import purge_delisted_cards
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+
+CATALOG_TABLES = (
+    "catalog.project_cards, catalog.property_object_cards, catalog.property_object_display_overrides, "
+    "catalog.building_display_overrides, catalog.ranking_rules"
+)
+# The production defaults of the design document, whatever the environment running the tests sets.
+DEFAULT_LIMITS = {
+    "DELISTED_RETENTION_PERIOD_DAYS": 30,
+    "DELISTED_RETENTION_BATCH_SIZE": 2000,
+    "DELISTED_RETENTION_MAX_BATCHES_PER_RUN": 100,
+    "DELISTED_RETENTION_MAX_RUN_DURATION_SECONDS": 1200,
+}
+
+
+def limits(**changes) -> PurgeLimits:
+    """The limits the settings give (the production defaults in tests), with typed changes."""
+    return PurgeLimits.from_settings().replace(**changes)
+
+
+def purge(*, dry_run=False, now=None, stop=None, on_start=None, on_batch=None, using=None, **limit_changes):
+    """The service at the production defaults, limits changed per test."""
+    return purge_delisted_cards(
+        limits(**limit_changes), dry_run=dry_run, now=now, stop=stop, on_start=on_start, on_batch=on_batch,
+        using=using,
+    )
+
+
+def database_url_of_tests(*, user: str | None = None, alias: str = "default") -> str:
+    db = connections[alias].settings_dict
+    return f"postgres://{user or db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
+
+
+def advisory_lock_holders(key: int) -> list[int]:
+    """Backends of the test database holding a session advisory lock on a bigint key. Other databases' tests may
+    hold the same key."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND classid = %(classid)s AND objid = %(objid)s"
+            " AND objsubid = 1 AND granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
+            key_parts(key),
+        )
+        return [pid for (pid,) in cursor.fetchall()]
+
+
+def manage_command(*args: str) -> list[str]:
+    return [sys.executable, str(PROJECT_ROOT / "manage.py"), *args]
+
+
+def manage_env(**extra: str) -> dict[str, str]:
+    """The environment of a manage.py subprocess talking to the test database."""
+    return os.environ | {"DATABASE_URL": database_url_of_tests(), "PYTHONUNBUFFERED": "1"} | extra
+
+
+def run_manage(*args: str, timeout: float = 60, **extra_env: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        manage_command(*args), env=manage_env(**extra_env), capture_output=True, text=True, timeout=timeout,
+        cwd=PROJECT_ROOT,
+    )
+
+
+def installed_tool(name: str, package: str) -> str:
+    """The path of a Debian tool a test drives for real; `make test` installs it (scripts/install_test_tools.sh).
+    Missing, the test skips, except in CI, where a missing tool means a broken set-up, not a reason to skip."""
+    path = shutil.which(name) or shutil.which(name, path="/usr/sbin:/sbin")
+    if path:
+        return path
+    message = f"{name} is not installed: Debian package {package} (scripts/install_test_tools.sh installs it as root)"
+    if os.environ.get("CI"):
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+@contextmanager
+def held_in_another_transaction(operation):
+    """Run `operation` in a transaction on a second connection (a thread) and keep that transaction open, with
+    its row locks, until the block ends."""
+    done, release = threading.Event(), threading.Event()
+
+    def run_and_hold():
+        try:
+            with transaction.atomic():
+                operation()
+                done.set()
+                release.wait(timeout=30)
+        finally:
+            connections.close_all()
+
+    source = threading.Thread(target=run_and_hold)
+    source.start()
+    try:
+        assert done.wait(timeout=30), "the operation did not finish"
+        yield
+    finally:
+        release.set()
+        source.join(timeout=30)
+
+
+@contextmanager
+def deletes_refused(table: str = "catalog.property_object_cards", *, when: str = "true",
+                    error: str = "deletes refused by the test", sqlstate: str = "P0001") -> Iterator[None]:
+    """A BEFORE DELETE trigger on `table` raising `error` (with the row's id) for each row matching `when` (a
+    condition on OLD). The default SQLSTATE is a data error, as a constraint or someone else's trigger raises;
+    40001 (serialization failure) stands for an infrastructure error."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            CREATE FUNCTION public.refuse_delete() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN
+                IF {when} THEN RAISE EXCEPTION '{error} %', OLD.id USING ERRCODE = '{sqlstate}'; END IF;
+                RETURN OLD;
+            END $$;
+            CREATE TRIGGER refuse_delete BEFORE DELETE ON {table}
+                FOR EACH ROW EXECUTE FUNCTION public.refuse_delete();
+            """
+        )
+    try:
+        yield
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute(f"DROP TRIGGER refuse_delete ON {table}; DROP FUNCTION public.refuse_delete()")
+
+
+def free_loopback_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+class Exposition:
+    """Samples of a Prometheus text exposition, looked up by name and labels (job and instance ignored)."""
+
+    def __init__(self, text: str):
+        self.values = {}
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                labels = {k: v for k, v in sample.labels.items() if k not in ("job", "instance")}
+                self.values[sample.name, frozenset(labels.items())] = sample.value
+
+    @classmethod
+    def scrape(cls, url: str) -> "Exposition":
+        with urllib.request.urlopen(f"{url}/metrics", timeout=5) as response:
+            return cls(response.read().decode())
+
+    def value(self, name: str, **labels: str) -> float | None:
+        return self.values.get((name, frozenset(labels.items())))
+
+    def names(self) -> set[str]:
+        return {name for name, _ in self.values}
