@@ -10,7 +10,6 @@ from io import StringIO
 import psycopg
 import pytest
 from django.core.management import CommandError, call_command
-from django.db import connection
 from django.utils import timezone
 
 from catalog.models import CardStatus, PropertyObjectCard
