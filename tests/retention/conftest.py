@@ -1,4 +1,3 @@
-import socket
 import subprocess
 import time
 import urllib.request
@@ -8,12 +7,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import installed_tool
-
-
-def free_loopback_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+from tests.servers import free_loopback_port
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ import pytest
 
 from tests.conftest import run_manage
 from tests.factories import PropertyObjectCardFactory
-from tests.retention.conftest import free_loopback_port
+from tests.servers import free_loopback_port
 
 
 @pytest.mark.django_db(transaction=True)

@@ -35,7 +35,8 @@ from tests.factories import (
     PropertyObjectCardFactory,
     PropertyObjectDisplayOverrideFactory,
 )
-from tests.retention.conftest import Exposition, free_loopback_port
+from tests.retention.conftest import Exposition
+from tests.servers import free_loopback_port
 
 pytestmark = pytest.mark.django_db
 
