@@ -54,7 +54,7 @@ def server_directory(prefix: str) -> Iterator[Path]:
         shutil.rmtree(directory, ignore_errors=True)
 
 
-def wait_until_connectable(url: str, *, what: str, log: Path, process: subprocess.Popen | None = None) -> None:
+def wait_until_connectable(url: str, *, what: str, log: Path, process: subprocess.Popen) -> None:
     deadline = time.monotonic() + STARTUP_SECONDS
     while True:
         try:
@@ -62,7 +62,7 @@ def wait_until_connectable(url: str, *, what: str, log: Path, process: subproces
                 probe.execute("SELECT 1")
             return
         except psycopg.OperationalError as error:
-            if time.monotonic() > deadline or (process is not None and process.poll() is not None):
+            if time.monotonic() > deadline or process.poll() is not None:
                 raise RuntimeError(f"{what} did not accept connections ({error}); its log:\n{log.read_text()}")
             time.sleep(0.05)
 
@@ -140,26 +140,32 @@ class Cluster:
 
     @contextmanager
     def running(self) -> Iterator[None]:
-        # Small and fast rather than durable. Local sockets off: everything goes over loopback TCP.
+        # Small and fast rather than durable. Local sockets off: everything goes over loopback TCP. Streaming
+        # needs nothing more: PostgreSQL 15 defaults to wal_level = replica and max_wal_senders = 10.
         options = (
             f"-c port={self.port} -c listen_addresses=127.0.0.1 -c unix_socket_directories='' -c fsync=off"
             " -c full_page_writes=off -c shared_buffers=16MB -c max_connections=40"
         )
-        run_server_program("pg_ctl", "start", "--wait", "-D", str(self.data), "-l", str(self.log), "-o", options)
         try:
-            wait_until_connectable(self.url("postgres"), what=f"PostgreSQL in {self.data}", log=self.log)
+            # --wait returns once the server accepts connections.
+            run_server_program(
+                "pg_ctl", "start", "--wait", f"--timeout={STARTUP_SECONDS}", "-D", str(self.data), "-l",
+                str(self.log), "-o", options, log=self.log,
+            )
             yield
         finally:
-            run_server_program("pg_ctl", "stop", "--mode=immediate", "-D", str(self.data))
+            # Also after a failed start: the server may have come up after pg_ctl gave up on it.
+            run_server_program("pg_ctl", "stop", "--mode=immediate", "-D", str(self.data), check=False)
 
 
-def run_server_program(name: str, *args: str) -> None:
+def run_server_program(name: str, *args: str, check: bool = True, log: Path | None = None) -> None:
     binary = installed_tool(name, f"postgresql-{POSTGRES_MAJOR}", path=POSTGRES_BINDIR)
     completed = subprocess.run(
-        [binary, *args], capture_output=True, text=True, timeout=STARTUP_SECONDS, **server_process_user(),
+        [binary, *args], capture_output=True, text=True, timeout=2 * STARTUP_SECONDS, **server_process_user(),
     )
-    if completed.returncode != 0:
-        raise RuntimeError(f"{name} {' '.join(args)} failed:\n{completed.stdout}{completed.stderr}")
+    if check and completed.returncode != 0:
+        server_log = f"the server's log:\n{log.read_text()}" if log and log.exists() else ""
+        raise RuntimeError(f"{name} {' '.join(args)} failed:\n{completed.stdout}{completed.stderr}{server_log}")
 
 
 @contextmanager
