@@ -3,6 +3,9 @@ from django.db import connection
 
 from tests.support import CATALOG_TABLES, DEFAULT_LIMITS
 
+# Fixtures that start real servers: PgBouncer, a streaming standby.
+pytest_plugins = ["tests.servers"]
+
 
 @pytest.fixture(autouse=True)
 def production_default_limits(settings):

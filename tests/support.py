@@ -81,12 +81,13 @@ def run_manage(*args: str, timeout: float = 60, **extra_env: str) -> subprocess.
     )
 
 
-def installed_tool(name: str, package: str) -> str:
-    """The path of a Debian tool a test drives for real; `make test` installs it (scripts/install_test_tools.sh).
-    Missing, the test skips, except in CI, where a missing tool means a broken set-up, not a reason to skip."""
-    path = shutil.which(name) or shutil.which(name, path="/usr/sbin:/sbin")
-    if path:
-        return path
+def installed_tool(name: str, package: str, *, path: str | None = None) -> str:
+    """The path of a Debian tool a test drives for real (looked up in `path`, else $PATH and the sbin folders);
+    `make test` installs it (scripts/install_test_tools.sh). Missing, the test skips, except in CI, where a missing
+    tool means a broken set-up, not a reason to skip."""
+    found = shutil.which(name, path=path) or (path is None and shutil.which(name, path="/usr/sbin:/sbin"))
+    if found:
+        return found
     message = f"{name} is not installed: Debian package {package} (scripts/install_test_tools.sh installs it as root)"
     if os.environ.get("CI"):
         pytest.fail(message)

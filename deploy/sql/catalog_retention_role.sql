@@ -1,9 +1,10 @@
 -- catalog_retention: the database role the nightly `manage.py purge_delisted` job logs in as.
 --
--- It may find, lock and delete Delisted cards and their display overrides in schema `catalog`, and nothing else:
--- no access to catalog.ranking_rules, none to any other schema (Django's own tables included), no DDL, no INSERT,
--- and no UPDATE beyond the one column PostgreSQL insists on (below). The job needs nothing else at start-up: its
--- system checks do not query the database and it reads no migration state.
+-- It may find, lock and delete Delisted cards and their display overrides in schema `catalog`, and read server
+-- statistics for the standbys' lag (last grant), and nothing else: no access to catalog.ranking_rules, none to any
+-- other schema (Django's own tables included), no DDL, no INSERT, and no UPDATE beyond the one column PostgreSQL
+-- insists on (below). The job needs nothing else at start-up: its system checks do not query the database and it
+-- reads no migration state.
 --
 -- Run it as a superuser (or the owner of schema catalog) in the catalog database; re-running it is harmless:
 --     psql -d catalog -v ON_ERROR_STOP=1 -f deploy/sql/catalog_retention_role.sql
@@ -57,3 +58,9 @@ GRANT UPDATE (created_at) ON
     catalog.property_object_display_overrides,
     catalog.building_display_overrides
 TO catalog_retention;
+
+-- Replica-lag pacing (retention/pacing.py) reads pg_stat_replication on the primary, whose details (state, WAL
+-- positions, lag) PostgreSQL shows only to members of pg_read_all_stats: other roles see NULLs. That membership
+-- suffices; pg_monitor would add settings and scan functions the job never uses. It is cluster-wide and also
+-- shows the role every session's statistics and query text in pg_stat_activity, no table data.
+GRANT pg_read_all_stats TO catalog_retention;

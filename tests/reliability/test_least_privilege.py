@@ -1,5 +1,6 @@
 """The job runs under the least-privileged role of deploy/sql/catalog_retention_role.sql: it completes a real run
-as that role, the role can touch nothing else (ranking rules, other schemas, DDL), and each grant is needed.
+as that role, reads the standbys' lag, can touch nothing else (ranking rules, other schemas, DDL), and each grant
+is needed.
 
 The script runs in the test database. The role it creates is cluster-wide and stays (other databases may use it);
 its grants go away with the test database."""
@@ -14,13 +15,14 @@ from tests.factories import (
     PropertyObjectCardFactory,
     PropertyObjectDisplayOverrideFactory,
 )
-from tests.support import PROJECT_ROOT, database_url_of_tests
+from tests.support import PROJECT_ROOT, database_url_of_tests, run_manage
 from tests.reliability.support import (
     CatalogState,
     execute,
     query,
     run_purge,
 )
+from tests.servers import migrate
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -81,6 +83,20 @@ def test_the_job_completes_a_run_as_the_least_privileged_role(retention_role):
     assert after.projects == {published_object.project_id}
     assert after.property_object_overrides == after.building_overrides == frozenset()
     assert ranking_rules() == rules_before
+
+
+def test_the_role_can_read_the_standbys_lag(replica):
+    migrate(replica.primary_url)
+    with psycopg.connect(replica.primary_url, autocommit=True) as primary:
+        primary.execute(ROLE_SCRIPT.read_text())
+
+    read = run_manage(
+        "shell", "-c", "from retention.pacing import replica_lag; print(replica_lag())",
+        DATABASE_URL=replica.primary_url.replace("postgres@", f"{ROLE}@"),
+    )
+
+    assert read.returncode == 0, read.stderr
+    assert read.stdout.strip() != "None"  # the standby is seen, its lag read
 
 
 def test_the_role_can_touch_nothing_but_what_the_purge_needs(retention_role, subtests):
