@@ -54,6 +54,7 @@ BATCHES_PROCESSED = "catalog_delisted_retention_batches_processed"
 LAST_SUCCESS = "catalog_delisted_retention_last_success_timestamp_seconds"
 MAX_RUN_DURATION = "catalog_delisted_retention_max_run_duration_seconds"
 BACKLOG = "catalog_delisted_backlog"
+REPLICA_LAG_WAIT = "catalog_delisted_retention_replica_lag_wait_seconds_total"
 
 HELP = {
     RUN_DURATION: "Duration of purge_delisted runs that took the lock (failed runs included).",
@@ -66,9 +67,10 @@ HELP = {
     LAST_SUCCESS: "When a purge_delisted run last finished with outcome completed or has_more (Unix time).",
     MAX_RUN_DURATION: "MaxRunDuration the latest purge_delisted run had, for alerting on runs near it.",
     BACKLOG: "Delisted catalog cards by kind; scope overdue: those past the retention cutoff.",
+    REPLICA_LAG_WAIT: "Time purge_delisted runs spent waiting for lagging streaming standbys.",
 }
 
-COUNTERS = (DELETED_PROPERTY_OBJECT_CARDS, DELETED_PROJECT_CARDS, DELETED_OVERRIDES, LOCK_CONTENTION)
+COUNTERS = (DELETED_PROPERTY_OBJECT_CARDS, DELETED_PROJECT_CARDS, DELETED_OVERRIDES, LOCK_CONTENTION, REPLICA_LAG_WAIT)
 GAUGES = (BATCHES_PROCESSED, LAST_SUCCESS, MAX_RUN_DURATION)
 
 
@@ -148,6 +150,7 @@ class JobMetrics(Collector):
         self.counters[DELETED_PROPERTY_OBJECT_CARDS] += result.deleted_property_object_cards
         self.counters[DELETED_PROJECT_CARDS] += result.deleted_project_cards
         self.counters[DELETED_OVERRIDES] += result.deleted_overrides
+        self.counters[REPLICA_LAG_WAIT] += result.replica_lag_wait_seconds
         self.gauges[BATCHES_PROCESSED] = result.batches_processed
         if outcome in SUCCESSFUL_OUTCOMES:
             self.gauges[LAST_SUCCESS] = time.time()

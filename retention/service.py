@@ -19,6 +19,8 @@ Deletion is irreversible, so the safety design is explicit:
   longer matches the predicate. If the job locks first, the card is deleted and the upsert creates a fresh one.
 * The run holds the advisory lock on its own session, and each batch checks in its first statement that it runs on
   that session (retention.locks): behind a transaction-pooling PgBouncer the job refuses instead of overlapping.
+* Between batches it pauses (fixed, and/or a factor of the last batch's time), and with max_replica_lag set it waits
+  for the streaming standbys to catch up, stopping with `replica_lag` when they stay behind.
 * Every statement runs under lock_timeout and a statement_timeout no longer than what is left of the run, and a
   stop request (SIGTERM) cancels the statement in flight.
 * A batch that fails for a data reason (a trigger raising, a constraint) is split in halves, each its own
@@ -46,6 +48,7 @@ from retention.backlog import Backlog, compute_cutoff, measure_backlog
 from retention.limits import PurgeLimits
 from retention.locks import SESSION_MARKER, LockSession, PooledSessionError, advisory_lock
 from retention.metrics import RunMetrics
+from retention.pacing import ReplicaLagHidden, wait_for_replicas
 from retention.results import Culprit, PurgeFailed, PurgeResult, StopReason
 
 logger = logging.getLogger(__name__)
@@ -375,13 +378,13 @@ def fail_cleanly(run: Run, body: Callable[[], T], *, dry_run: bool = False) -> T
     """Run `body`; an infrastructure error becomes PurgeFailed, with a one-line error and what the run did."""
     try:
         return body()
-    except (DatabaseError, PooledSessionError) as error:
+    except (DatabaseError, PooledSessionError, ReplicaLagHidden) as error:
         message = describe_failure(error, run.using)
         raise PurgeFailed(run.result(StopReason.FAILED, error=message, dry_run=dry_run)) from error
 
 
 def describe_failure(error: Exception, alias: str) -> str:
-    if isinstance(error, PooledSessionError):
+    if isinstance(error, (PooledSessionError, ReplicaLagHidden)):
         return str(error)
     if sqlstate(error) in UNDEFINED_OBJECT_STATES:
         return SCHEMA_MISSING.format(alias=alias)
@@ -447,7 +450,7 @@ def run_phases(run: Run, on_batch: Callable[[int], None]) -> StopReason:
             if last_batch_seconds is not None:
                 run.stop.sleep(run.limits.batch_pause.total_seconds()
                                + run.limits.batch_pause_factor * last_batch_seconds)
-            if reason := run.reason_to_stop():
+            if reason := run.reason_to_stop() or wait_for_replicas_if_asked(run):
                 return reason
             started = time.monotonic()
             try:
@@ -467,6 +470,28 @@ def run_phases(run: Run, on_batch: Callable[[int], None]) -> StopReason:
             if outcome.selected < run.limits.batch_size:
                 break  # this phase ran dry
     return StopReason.COMPLETED
+
+
+def wait_for_replicas_if_asked(run: Run) -> StopReason | None:
+    """With max_replica_lag set, let the standbys catch up before a batch: wait (bounded by replica_lag_wait and the
+    run's time left, woken by a stop request) while the slowest lags more than that."""
+    if not run.limits.max_replica_lag:
+        return None
+    wait = wait_for_replicas(
+        max_lag=run.limits.max_replica_lag, max_wait=min(run.limits.replica_lag_wait, run.left()),
+        should_stop=lambda: run.stop.requested, using=run.using,
+    )
+    run.replica_lag_wait += wait.waited.total_seconds()
+    if wait.waited.total_seconds() > 0.01:
+        run.log.info(
+            "waited for the standbys" if wait.caught_up else "the standbys stayed behind",
+            extra={"waited_seconds": round(wait.waited.total_seconds(), 3),
+                   "replica_lag_seconds": wait.last_lag and round(wait.last_lag.total_seconds(), 3),
+                   "max_replica_lag_seconds": run.limits.max_replica_lag.total_seconds()},
+        )
+    if wait.stopped:
+        return StopReason.STOPPED
+    return None if wait.caught_up else StopReason.REPLICA_LAG
 
 
 def delete_batch(run: Run, phase: Phase, *, only_ids: list[str] | None) -> BatchOutcome:
