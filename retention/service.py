@@ -357,7 +357,10 @@ def purge_delisted_cards(
     run = Run(limits=limits, using=using, stop=stop or StopRequest(), log=RunLog(logger, {"run_id": str(run_id)}),
               run_id=run_id)
     if dry_run:
-        return fail_cleanly(run, lambda: preview_purge(run, now), dry_run=True)
+        try:
+            return fail_cleanly(run, lambda: preview_purge(run, now), dry_run=True)
+        except StopRun as stop:
+            return run.result(stop.reason, dry_run=True)
     metrics = RunMetrics(run_id=run_id, max_duration=limits.max_duration)
     try:
         result, at_end = fail_cleanly(run, lambda: locked_run(
@@ -403,8 +406,11 @@ def locked_run(run: Run, now, metrics: RunMetrics, on_start, on_batch) -> tuple[
             run.log.warning("purge skipped: the advisory lock is held by another run", extra={"lock": LOCK_NAME})
             return run.result(StopReason.LOCK_BUSY), None
         run.lock_session = lock_session
-        run.cutoff = compute_cutoff(run.limits.retention, now, run.using, transaction=run.transaction)
-        at_start = measure_backlog(cutoff=run.cutoff, transaction=run.transaction)
+        try:
+            run.cutoff = compute_cutoff(run.limits.retention, now, run.using, transaction=run.transaction)
+            at_start = measure_backlog(cutoff=run.cutoff, transaction=run.transaction)
+        except StopRun as stop:  # a SIGTERM or the run's time cancelled the start count
+            return run.result(stop.reason), None
         metrics.run_started(at_start)
         run.log.info(
             "purge started",
@@ -414,11 +420,14 @@ def locked_run(run: Run, now, metrics: RunMetrics, on_start, on_batch) -> tuple[
         )
         on_start(at_start)
         stop_reason = run_phases(run, on_batch)
-        at_end = measure_backlog(cutoff=run.cutoff, transaction=run.transaction)
+        try:
+            at_end = measure_backlog(cutoff=run.cutoff, transaction=run.transaction)
+        except StopRun:
+            at_end = None  # what is left stays unknown
         result = run.result(
             stop_reason,
-            has_more=overdue_left(at_end, run.culprits),
-            projects_held_back=at_end.projects.held_back,
+            has_more=at_end and overdue_left(at_end, run.culprits),
+            projects_held_back=at_end and at_end.projects.held_back,
             overdue_property_object_cards=at_start.property_objects.overdue,
             overdue_project_cards=at_start.projects.overdue,
         )

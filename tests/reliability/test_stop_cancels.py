@@ -1,0 +1,38 @@
+"""SIGTERM cancels the statement in flight: a run blocked behind another session's lock ends as `stopped` within
+seconds and releases the advisory lock, for the start count and for the dry run's preview alike."""
+
+import json
+import signal
+
+import psycopg
+import pytest
+
+from tests.factories import PropertyObjectCardFactory
+from tests.support import database_url_of_tests
+from tests.reliability.support import WAIT_SECONDS, job_backend_pids, job_lock_holders, query, start_purge, wait_for
+
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+
+NO_TIMEOUTS = {"DELISTED_RETENTION_LOCK_TIMEOUT_MS": "600000", "DELISTED_RETENTION_STATEMENT_TIMEOUT_MS": "600000"}
+
+
+def waiting_on_a_lock() -> bool:
+    return bool(job_backend_pids()) and bool(query(
+        "SELECT 1 FROM pg_stat_activity WHERE pid = ANY(%s) AND wait_event_type = 'Lock'", [job_backend_pids()]
+    ))
+
+
+@pytest.mark.parametrize("options", [("--json",), ("--json", "--dry-run")], ids=["start count", "dry-run preview"])
+def test_sigterm_cancels_a_blocked_statement_and_the_run_ends_stopped(options):
+    PropertyObjectCardFactory.create_batch(2, long_delisted=True)
+
+    with psycopg.connect(database_url_of_tests()) as other_session:  # its transaction stays open in the block
+        other_session.execute("LOCK TABLE catalog.property_object_cards IN ACCESS EXCLUSIVE MODE")
+        job = start_purge(*options, **NO_TIMEOUTS)
+        wait_for(waiting_on_a_lock, what="the job to wait behind the table lock")
+        job.send_signal(signal.SIGTERM)
+        stdout, stderr = job.communicate(timeout=WAIT_SECONDS)  # while the table lock is still held
+
+    assert job.returncode == 0, stderr
+    assert json.loads(stdout)["stop_reason"] == "stopped"
+    assert job_lock_holders() == []
