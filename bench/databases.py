@@ -1,0 +1,162 @@
+"""The benchmark's databases: template databases seeded with demo data, and fresh copies of them for each run.
+
+The templates are demo data (`manage.py seed_demo_data`) whose backlog is then trimmed to an exact size (see
+`trim_backlog`). A copy is `CREATE DATABASE ... TEMPLATE`, so the job and the floor, or two runs of the job, meet
+identical data. All databases are named `<prefix>_*`; the caller drops them at the end.
+"""
+
+import logging
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import psycopg
+from psycopg import sql
+
+from bench.workers import RETENTION
+
+logger = logging.getLogger(__name__)
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+OBJECTS_PER_PROJECT = 50
+SEED = 5
+PARTIAL_INDEXES = (
+    "catalog.property_object_cards_delisted_updated_at_idx",
+    "catalog.project_cards_delisted_updated_at_idx",
+)
+WORKER_TIMEOUT_SECONDS = 600
+
+# Delisted cards past the `keep` oldest overdue property objects move into the restore window (1..21 days ago),
+# in the same order and with the same shared moments, so a project and its cascaded objects stay equal (INV-5).
+TRIM_BACKLOG = """
+WITH boundary AS (
+    SELECT updated_at AS first_kept_out, now() - %(retention)s AS cutoff
+      FROM catalog.property_object_cards
+     WHERE status = 'Delisted' AND updated_at < now() - %(retention)s
+     ORDER BY updated_at, id OFFSET %(keep)s LIMIT 1
+)
+UPDATE {cards} AS card
+   SET updated_at = boundary.cutoff + interval '1 day'
+                    + (card.updated_at - boundary.first_kept_out)
+                      / extract(epoch FROM boundary.cutoff - boundary.first_kept_out)
+                      * extract(epoch FROM interval '20 days')
+  FROM boundary
+ WHERE card.status = 'Delisted' AND card.updated_at >= boundary.first_kept_out AND card.updated_at < boundary.cutoff
+"""
+COUNT_OVERDUE_OBJECTS = """
+SELECT count(*) FROM catalog.property_object_cards WHERE status = 'Delisted' AND updated_at < now() - %s
+"""
+COUNT_CARDS = "SELECT count(*) FROM catalog.property_object_cards"
+
+
+def database_url(base_url: str, name: str) -> str:
+    return urlunsplit(urlsplit(base_url)._replace(path=f"/{name}"))
+
+
+def create_database(base_url: str, name: str, *, template: str | None = None) -> str:
+    drop_database(base_url, name)
+    statement = sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name))
+    if template:
+        # FILE_COPY checkpoints instead of writing the copy through the WAL: the timed run after it does not
+        # pay for a checkpoint triggered by the copy.
+        statement = sql.SQL("CREATE DATABASE {} TEMPLATE {} STRATEGY FILE_COPY").format(
+            sql.Identifier(name), sql.Identifier(template)
+        )
+    with psycopg.connect(database_url(base_url, "postgres"), autocommit=True) as admin:
+        admin.execute(statement)
+    return database_url(base_url, name)
+
+
+def drop_database(base_url: str, name: str) -> None:
+    with psycopg.connect(database_url(base_url, "postgres"), autocommit=True) as admin:
+        admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
+def manage(url: str, *args: str) -> None:
+    subprocess.run(
+        [sys.executable, "manage.py", *args], cwd=PROJECT_ROOT, env=os.environ | {"DATABASE_URL": url},
+        capture_output=True, check=True, timeout=WORKER_TIMEOUT_SECONDS,
+    )
+
+
+def migrated_database(base_url: str, name: str) -> str:
+    url = create_database(base_url, name)
+    manage(url, "migrate", "--noinput", "-v", "0")
+    return url
+
+
+def seed_demo_data(url: str, *, cards: int, seed: int) -> None:
+    """Add demo data (the catalog is not emptied first): `cards` property objects, 50 per project."""
+    manage(
+        url, "seed_demo_data", "--projects", str(math.ceil(cards / OBJECTS_PER_PROJECT)),
+        "--objects-per-project", str(OBJECTS_PER_PROJECT), "--seed", str(seed),
+    )
+
+
+def trim_backlog(url: str, *, keep: int) -> None:
+    """Leave only the `keep` oldest overdue property objects overdue (give or take one cascade's shared moment;
+    `keep=0` leaves none)."""
+    with psycopg.connect(url) as connection:
+        for table in ("property_object_cards", "project_cards"):
+            statement = sql.SQL(TRIM_BACKLOG).format(cards=sql.Identifier("catalog", table))
+            connection.execute(statement, {"retention": RETENTION, "keep": keep})
+
+
+def settle(url: str) -> int:
+    """Vacuum and analyze, as autovacuum would have by the night of the run; return the backlog (overdue
+    property objects)."""
+    with psycopg.connect(url, autocommit=True) as connection:
+        connection.execute("VACUUM (ANALYZE)")
+        return connection.execute(COUNT_OVERDUE_OBJECTS, [RETENTION]).fetchone()[0]
+
+
+def table_size(url: str) -> int:
+    with psycopg.connect(url) as connection:
+        return connection.execute(COUNT_CARDS).fetchone()[0]
+
+
+def drop_partial_indexes(url: str) -> None:
+    with psycopg.connect(url, autocommit=True) as connection:
+        for index in PARTIAL_INDEXES:
+            connection.execute(sql.SQL("DROP INDEX {}").format(sql.Identifier(*index.split("."))))
+
+
+def prepare_templates(base_url: str, names: dict[str, str], args) -> tuple[dict[str, int], dict[str, int]]:
+    """Seed the templates; return (property-object cards, overdue property objects) per template.
+
+    small: the small demo catalog, its whole natural backlog. large: a catalog of the rest of the cards with no
+    backlog (all of it moved into the restore window), and the small catalog seeded on top with the same seed,
+    so the same backlog in the same physical shape sits in a larger table: only the table size changes.
+    spread, backlog_small, backlog_large: the large-sized demo catalog trimmed to the small backlog (the same count
+    spread thin over the whole table) and to the two backlogs of the memory runs.
+    """
+    logger.info(
+        "seeding %s + %s property objects (demo data)", f"{args.small_cards:,}", f"{args.large_cards - args.small_cards:,}"
+    )
+    small_url = migrated_database(base_url, names["small"])
+    seed_demo_data(small_url, cards=args.small_cards, seed=SEED)
+    backlogs = {"small": settle(small_url)}
+    large_url = migrated_database(base_url, names["large"])
+    seed_demo_data(large_url, cards=args.large_cards - args.small_cards, seed=SEED + 1)
+    for name, keep in (("spread", backlogs["small"]), ("backlog_small", args.backlogs[0]),
+                       ("backlog_large", args.backlogs[1])):
+        logger.info("template %s: backlog %s", names[name], f"{keep:,}")
+        url = create_database(base_url, names[name], template=names["large"])
+        trim_backlog(url, keep=keep)
+        backlogs[name] = settle(url)
+    logger.info("template %s: the small catalog on top of a backlog-free one", names["large"])
+    trim_backlog(large_url, keep=0)
+    seed_demo_data(large_url, cards=args.small_cards, seed=SEED)
+    backlogs["large"] = settle(large_url)
+    sizes = {name: table_size(database_url(base_url, names[name])) for name in backlogs}
+    return sizes, backlogs
+
+
+def server_description(base_url: str) -> str:
+    with psycopg.connect(database_url(base_url, "postgres")) as connection:
+        version = connection.execute("SHOW server_version").fetchone()[0]
+        shared_buffers = connection.execute("SHOW shared_buffers").fetchone()[0]
+    return f"PostgreSQL {version.split()[0]} (shared_buffers {shared_buffers})"
