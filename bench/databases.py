@@ -1,8 +1,10 @@
 """The benchmark's databases: template databases seeded with demo data, and fresh copies of them for each run.
 
-The templates are demo data (`manage.py seed_demo_data`) whose backlog is then trimmed to an exact size (see
-`trim_backlog`). A copy is `CREATE DATABASE ... TEMPLATE`, so the job and the floor, or two runs of the job, meet
-identical data. All databases are named `<prefix>_*`; the caller drops them at the end.
+The templates are demo data (`manage.py seed_demo_data`) whose backlog is then set to an exact size (see
+`set_backlog`). The millions of cards of the large templates are seeded into tables without their indexes, which
+are built once afterwards (`catalog_indexes_dropped`). A copy is `CREATE DATABASE ... TEMPLATE`, so the job and
+the floor, or two runs of the job, meet identical data. All databases are named `<prefix>_*`; the caller drops
+them at the end.
 """
 
 import logging
@@ -46,6 +48,42 @@ UPDATE {cards} AS card
   FROM boundary
  WHERE card.status = 'Delisted' AND card.updated_at >= boundary.first_kept_out AND card.updated_at < boundary.cutoff
 """
+# The other way: when the demo mix has fewer overdue cards than asked for, the `overdue` oldest Delisted property
+# objects become overdue by compressing their moments, from the oldest one up to the first left out, into the time
+# before the cutoff; again in order, shared moments kept, and never before the oldest (so after `created_at`).
+AGE_BACKLOG = """
+WITH boundary AS (
+    SELECT (SELECT min(updated_at) FROM catalog.property_object_cards WHERE status = 'Delisted') AS oldest,
+           updated_at AS first_left_out, now() - %(retention)s - interval '1 hour' AS overdue_until
+      FROM catalog.property_object_cards
+     WHERE status = 'Delisted'
+     ORDER BY updated_at, id OFFSET %(overdue)s LIMIT 1
+)
+UPDATE {cards} AS card
+   SET updated_at = boundary.oldest
+                    + (card.updated_at - boundary.oldest)
+                      / extract(epoch FROM boundary.first_left_out - boundary.oldest)
+                      * extract(epoch FROM boundary.overdue_until - boundary.oldest)
+  FROM boundary
+ WHERE card.status = 'Delisted' AND card.updated_at < boundary.first_left_out
+"""
+# Every primary key, unique constraint and index of the catalog schema, as the statement dropping it and the one
+# building it again (constraints first: nothing else depends on the order).
+CATALOG_INDEXES = """
+SELECT format('ALTER TABLE %s DROP CONSTRAINT %I', conrelid::regclass, conname),
+       format('ALTER TABLE %s ADD CONSTRAINT %I %s', conrelid::regclass, conname, pg_get_constraintdef(oid)),
+       1 AS building_order
+  FROM pg_constraint
+ WHERE connamespace = 'catalog'::regnamespace AND contype IN ('p', 'u')
+UNION ALL
+SELECT format('DROP INDEX %s', indexrelid::regclass), pg_get_indexdef(indexrelid), 2
+  FROM pg_index
+ WHERE indrelid IN (SELECT oid FROM pg_class WHERE relnamespace = 'catalog'::regnamespace)
+   AND NOT EXISTS (SELECT FROM pg_constraint WHERE conindid = indexrelid)
+ ORDER BY building_order
+"""
+# A primary key over ten million uuids sorts some 400 MB: in the default 64MB the sort spills to disk.
+INDEX_BUILD_MEMORY = "1GB"
 COUNT_OVERDUE_OBJECTS = """
 SELECT count(*) FROM catalog.property_object_cards WHERE status = 'Delisted' AND updated_at < now() - %s
 """
@@ -96,13 +134,33 @@ def seed_demo_data(url: str, *, cards: int, seed: int) -> None:
     )
 
 
-def trim_backlog(url: str, *, keep: int) -> None:
-    """Leave only the `keep` oldest overdue property objects overdue (give or take one cascade's shared moment;
-    `keep=0` leaves none)."""
+def set_backlog(url: str, *, overdue: int) -> None:
+    """Make exactly the `overdue` oldest Delisted property objects overdue, give or take one cascade's shared
+    moment (`overdue=0` leaves none): trim the demo mix's backlog, or age more of its Delisted cards."""
     with psycopg.connect(url) as connection:
+        natural = connection.execute(COUNT_OVERDUE_OBJECTS, [RETENTION]).fetchone()[0]
+        statement, params = (
+            (TRIM_BACKLOG, {"retention": RETENTION, "keep": overdue}) if overdue <= natural
+            else (AGE_BACKLOG, {"retention": RETENTION, "overdue": overdue})
+        )
         for table in ("property_object_cards", "project_cards"):
-            statement = sql.SQL(TRIM_BACKLOG).format(cards=sql.Identifier("catalog", table))
-            connection.execute(statement, {"retention": RETENTION, "keep": keep})
+            connection.execute(sql.SQL(statement).format(cards=sql.Identifier("catalog", table)), params)
+
+
+def catalog_indexes_dropped(url: str) -> list[str]:
+    """Drop the catalog's indexes and keys; return the statements that build them again (`build_indexes`)."""
+    with psycopg.connect(url) as connection:
+        statements = connection.execute(CATALOG_INDEXES).fetchall()
+        for drop, _, _ in statements:
+            connection.execute(drop)
+    return [build for _, build, _ in statements]
+
+
+def build_indexes(url: str, statements: list[str]) -> None:
+    with psycopg.connect(url, autocommit=True) as connection:
+        connection.execute(sql.SQL("SET maintenance_work_mem = {}").format(sql.Literal(INDEX_BUILD_MEMORY)))
+        for statement in statements:
+            connection.execute(statement)
 
 
 def settle(url: str) -> int:
@@ -130,27 +188,36 @@ def prepare_templates(base_url: str, names: dict[str, str], args) -> tuple[dict[
     small: the small demo catalog, its whole natural backlog. large: a catalog of the rest of the cards with no
     backlog (all of it moved into the restore window), and the small catalog seeded on top with the same seed,
     so the same backlog in the same physical shape sits in a larger table: only the table size changes.
-    spread, backlog_small, backlog_large: the large-sized demo catalog trimmed to the small backlog (the same count
-    spread thin over the whole table) and to the two backlogs of the memory runs.
+    backlog_large: the same large demo catalog (the rest of the cards) with the large backlog, spread thin over the
+    whole table. admin: a catalog of its own size and backlog for the admin pages.
     """
-    logger.info(
-        "seeding %s + %s property objects (demo data)", f"{args.small_cards:,}", f"{args.large_cards - args.small_cards:,}"
-    )
+    logger.info("template %s: %s property objects", names["small"], f"{args.small_cards:,}")
     small_url = migrated_database(base_url, names["small"])
     seed_demo_data(small_url, cards=args.small_cards, seed=SEED)
     backlogs = {"small": settle(small_url)}
+
+    logger.info("seeding %s property objects without indexes", f"{args.large_cards - args.small_cards:,}")
     large_url = migrated_database(base_url, names["large"])
+    indexes = catalog_indexes_dropped(large_url)
     seed_demo_data(large_url, cards=args.large_cards - args.small_cards, seed=SEED + 1)
-    for name, keep in (("spread", backlogs["small"]), ("backlog_small", args.backlogs[0]),
-                       ("backlog_large", args.backlogs[1])):
-        logger.info("template %s: backlog %s", names[name], f"{keep:,}")
-        url = create_database(base_url, names[name], template=names["large"])
-        trim_backlog(url, keep=keep)
-        backlogs[name] = settle(url)
+    backlog_url = create_database(base_url, names["backlog_large"], template=names["large"])
+    for url, name, overdue in ((backlog_url, "backlog_large", args.backlogs[1]), (large_url, "large", 0)):
+        logger.info("template %s: backlog %s, building the indexes", names[name], f"{overdue:,}")
+        set_backlog(url, overdue=overdue)
+        build_indexes(url, indexes)
+    backlogs["backlog_large"] = settle(backlog_url)
     logger.info("template %s: the small catalog on top of a backlog-free one", names["large"])
-    trim_backlog(large_url, keep=0)
     seed_demo_data(large_url, cards=args.small_cards, seed=SEED)
     backlogs["large"] = settle(large_url)
+
+    logger.info("template %s: %s property objects, backlog %s", names["admin"], f"{args.admin_cards:,}",
+                f"{args.admin_backlog:,}")
+    admin_url = migrated_database(base_url, names["admin"])
+    indexes = catalog_indexes_dropped(admin_url)
+    seed_demo_data(admin_url, cards=args.admin_cards, seed=SEED + 2)
+    set_backlog(admin_url, overdue=args.admin_backlog)
+    build_indexes(admin_url, indexes)
+    backlogs["admin"] = settle(admin_url)
     sizes = {name: table_size(database_url(base_url, names[name])) for name in backlogs}
     return sizes, backlogs
 

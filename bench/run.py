@@ -1,8 +1,9 @@
-"""`make bench`: purge_delisted against the raw-SQL floor, its scaling, its footprint on live traffic, its memory.
+"""`make bench`: purge_delisted against the raw-SQL floor, its scaling, its footprint on live traffic, its memory,
+other shapes of the same purge (peers), and the admin pages.
 
 Every measurement runs on a fresh copy (`CREATE DATABASE ... TEMPLATE`) of a seeded template, so the job and
 the floor, or two runs of the job, meet identical data. The templates are demo data (`manage.py
-seed_demo_data`) whose backlog is then trimmed to an exact size (`bench/databases.py`). The job and the traffic
+seed_demo_data`) whose backlog is then set to an exact size (`bench/databases.py`). The job and the traffic
 run in their own processes (`bench/workers.py`), started by the measurements (`bench/measure.py`); this script
 runs them and writes the report (`docs/benchmarks.md`, from `bench/report_template.md`) and the chart
 (`bench/report.py`). It exits 1 when a target is missed.
@@ -32,17 +33,25 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--database-url", required=True, help="the server to use; its database names the prefix")
     parser.add_argument("--prefix", help="database name prefix (default: bench_<database of the URL>)")
     parser.add_argument("--small-cards", type=int, default=100_000, help="property objects of the small catalog")
-    parser.add_argument("--large-cards", type=int, default=2_000_000, help="property objects of the large catalog")
+    parser.add_argument("--large-cards", type=int, default=10_000_000, help="property objects of the large catalog")
     parser.add_argument("--backlogs", type=int, nargs=2, default=(20_000, 200_000), metavar=("SMALL", "LARGE"),
-                        help="overdue property objects for the memory runs; the large one also for 1, 3 and 5")
+                        help="cards the short memory run deletes; overdue property objects of the large backlog "
+                             "(1, 3-6)")
     parser.add_argument("--batch-size", type=int, default=2000)
     parser.add_argument("--repeats", type=int, default=3, help="runs per measurement in 1 and 2")
     parser.add_argument("--pauses-ms", type=int, nargs="+", default=(0, 200),
                         help="--batch-pause-ms values for 3 and 5; the first one is the target's")
+    parser.add_argument("--pause-factors", type=float, nargs="+", default=(1.0,),
+                        help="--batch-pause-factor values for 5, where purge_delisted has the option")
     parser.add_argument("--live-rounds", type=int, default=4, help="rounds per purge in 3 and 5")
+    parser.add_argument("--peer-rounds", type=int, default=2, help="rounds per peer in 6")
     parser.add_argument("--idle-seconds", type=float, default=4.0)
     parser.add_argument("--reads-per-second", type=int, default=400)
     parser.add_argument("--upserts-per-second", type=int, default=40)
+    parser.add_argument("--restores-per-second", type=float, default=10)
+    parser.add_argument("--admin-cards", type=int, default=1_000_000, help="property objects of the admin catalog")
+    parser.add_argument("--admin-backlog", type=int, default=200_000, help="its overdue property objects")
+    parser.add_argument("--admin-repeats", type=int, default=10, help="timed rounds over the admin pages")
     parser.add_argument("--output", type=Path, default=PROJECT_ROOT / "docs" / "benchmarks.md")
     return parser.parse_args()
 
@@ -56,7 +65,7 @@ def main() -> int:
     logger.setLevel(logging.INFO)
     started = time.monotonic()
     prefix = args.prefix or f"bench_{urlsplit(args.database_url).path.lstrip('/')}"
-    templates = ("small", "large", "spread", "backlog_small", "backlog_large")
+    templates = ("small", "large", "backlog_large", "admin")
     names = {kind: f"{prefix}_{kind}" for kind in (*templates, "run")}
     try:
         results = measure(args.database_url, names, args)
