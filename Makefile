@@ -7,15 +7,21 @@ DB_URL = $(shell $(PY) scripts/database_url.py)
 DEMO_PROJECTS ?= 400
 DEMO_OBJECTS_PER_PROJECT ?= 50
 
-# `make bench` sizes (docs/benchmarks.md): property objects of the small and the large catalog, the two backlogs
-# of the memory runs (the larger one also feeds the throughput and live-traffic runs), runs per measurement,
-# batch pauses tried under live traffic (the first is the target's) and rounds per purge under live traffic.
+# `make bench` sizes (docs/benchmarks.md): property objects of the small and the large catalog, the cards of the short
+# memory run and the large backlog (throughput, live traffic, peers), runs per measurement, batch pauses and pause
+# factors tried under live traffic (the first pause is the target's), rounds per purge under live traffic and per
+# peer, and the admin pages' catalog and backlog. Smaller and quicker, for development:
+#   make bench BENCH_LARGE_CARDS=500000 BENCH_BACKLOGS="5000 50000" BENCH_ADMIN_CARDS=100000 BENCH_ADMIN_BACKLOG=20000
 BENCH_SMALL_CARDS ?= 100000
-BENCH_LARGE_CARDS ?= 2000000
+BENCH_LARGE_CARDS ?= 10000000
 BENCH_BACKLOGS ?= 20000 200000
 BENCH_REPEATS ?= 3
 BENCH_PAUSES_MS ?= 0 200
+BENCH_PAUSE_FACTORS ?= 1
 BENCH_LIVE_ROUNDS ?= 4
+BENCH_PEER_ROUNDS ?= 2
+BENCH_ADMIN_CARDS ?= 1000000
+BENCH_ADMIN_BACKLOG ?= 200000
 
 .PHONY: demo test migrate bench
 
@@ -45,4 +51,5 @@ test: $(VENV)/.installed
 bench: $(VENV)/.bench-installed
 	$(PY) -m bench.run --database-url "$(DB_URL)" --small-cards $(BENCH_SMALL_CARDS) \
 		--large-cards $(BENCH_LARGE_CARDS) --backlogs $(BENCH_BACKLOGS) --repeats $(BENCH_REPEATS) \
-		--pauses-ms $(BENCH_PAUSES_MS) --live-rounds $(BENCH_LIVE_ROUNDS)
+		--pauses-ms $(BENCH_PAUSES_MS) --pause-factors $(BENCH_PAUSE_FACTORS) --live-rounds $(BENCH_LIVE_ROUNDS) \
+		--peer-rounds $(BENCH_PEER_ROUNDS) --admin-cards $(BENCH_ADMIN_CARDS) --admin-backlog $(BENCH_ADMIN_BACKLOG)

@@ -1,4 +1,8 @@
-"""The child-process side of the benchmark: `python -m bench.workers job|floor|traffic --database-url URL ...`.
+"""The child-process side of the benchmark: `python -m bench.workers WORKER --database-url URL ...`.
+
+Purges: `job` (the service), `floor` (the raw-SQL floor), `naive`, `oneshot`, `sentry` (the peers,
+`bench/peers.py`). Background load until SIGTERM: `traffic` (reads and upserts), `restore` (restores of overdue
+cards). `admin`: the admin pages, timed.
 
 Each worker talks to one database copy, prints exactly one JSON object on stdout and exits. Times are
 `time.monotonic()`, which on Linux is one clock for all processes, so the orchestrator can line up the job's
@@ -7,6 +11,7 @@ window with the traffic samples of another process.
 
 import argparse
 import json
+import math
 import os
 import random
 import signal
@@ -23,6 +28,7 @@ UNLIMITED_BATCHES = 1_000_000
 UNLIMITED_DURATION = timedelta(hours=1)
 TRAFFIC_SAMPLE_IDS = 2000
 TRAFFIC_MAX_SECONDS = 300
+ADMIN_DEEP_PAGE = 400
 
 FLOOR_PROPERTY_OBJECTS = """
     WITH batch AS (
@@ -107,29 +113,39 @@ def timed_floor(*, database_url: str, batch_size: int) -> dict:
     return {"started": started, "finished": finished, "deleted_cards": deleted_cards, "batch_seconds": batch_seconds}
 
 
+def paced_until_stopped(per_second: float):
+    """Yield `per_second` times a second until SIGTERM (or TRAFFIC_MAX_SECONDS); say "ready" on stderr first.
+
+    Paced, not closed-loop: live traffic arrives at its own rate, and a late request does not cause a burst."""
+    # A plain flag: a handler calling Event.set() can deadlock on the lock the interrupted Event.wait() holds.
+    stop_requested = []
+    signal.signal(signal.SIGTERM, lambda *_: stop_requested.append(True))
+    interval = 1 / per_second
+    deadline = time.monotonic() + TRAFFIC_MAX_SECONDS
+    next_at = time.monotonic()
+    print("ready", file=sys.stderr, flush=True)
+    while not stop_requested and time.monotonic() < deadline:
+        yield
+        next_at = max(next_at + interval, time.monotonic())
+        time.sleep(max(0.0, next_at - time.monotonic()))
+
+
 def live_traffic(*, database_url: str, reads_per_second: int, upserts_per_second: int) -> dict:
-    """Paced catalog traffic until SIGTERM (or TRAFFIC_MAX_SECONDS): the public read endpoint's query and source
-    upserts of Published property objects. Each sample is (started, kind, seconds)."""
+    """Paced catalog traffic: the public read endpoint's query and source upserts of Published property objects.
+    Each sample is (started, kind, seconds)."""
     setup_django(database_url)
     from catalog.models import CardStatus, PropertyObjectCard  # needs the app registry that setup_django filled
     from catalog.operations import upsert_property_object
     from catalog.views import published_or_404
 
-    # A plain flag: a handler calling Event.set() can deadlock on the lock the interrupted Event.wait() holds.
-    stop_requested = []
-    signal.signal(signal.SIGTERM, lambda *_: stop_requested.append(True))
     cards = list(
         PropertyObjectCard.objects.filter(status=CardStatus.PUBLISHED)
         .order_by("id").values_list("id", "project_id")[:TRAFFIC_SAMPLE_IDS]
     )
     rng = random.Random(5)
-    interval = 1 / (reads_per_second + upserts_per_second)
     upsert_share = upserts_per_second / (reads_per_second + upserts_per_second)
     samples = []
-    deadline = time.monotonic() + TRAFFIC_MAX_SECONDS
-    next_at = time.monotonic()
-    print("ready", file=sys.stderr, flush=True)
-    while not stop_requested and time.monotonic() < deadline:
+    for _ in paced_until_stopped(reads_per_second + upserts_per_second):
         object_id, project_id = rng.choice(cards)
         started = time.monotonic()
         if rng.random() < upsert_share:
@@ -139,20 +155,97 @@ def live_traffic(*, database_url: str, reads_per_second: int, upserts_per_second
             kind = "read"
             published_or_404(PropertyObjectCard, object_id)
         samples.append((started, kind, time.monotonic() - started))
-        # Paced, not closed-loop: live traffic arrives at its own rate. A late request does not cause a burst.
-        next_at = max(next_at + interval, time.monotonic())
-        time.sleep(max(0.0, next_at - time.monotonic()))
     return {"samples": samples}
+
+
+def restores(*, database_url: str, restores_per_second: float) -> dict:
+    """Paced source upserts, each restoring the oldest overdue property object still visible: the card a purge
+    takes next, so a restore meets the purge's row locks if anything does. Samples as `live_traffic`'s."""
+    setup_django(database_url)
+    from bench.peers import database_cutoff  # needs the app registry that setup_django filled
+    from catalog.models import CardStatus, PropertyObjectCard
+    from catalog.operations import ProjectCardNotFound, upsert_property_object
+
+    oldest_overdue = (
+        PropertyObjectCard.objects.filter(status=CardStatus.DELISTED, updated_at__lt=database_cutoff(RETENTION))
+        .order_by("updated_at", "id").values_list("id", "project_id")
+    )
+    samples = []
+    for _ in paced_until_stopped(restores_per_second):
+        card = oldest_overdue.first()
+        if card is None:
+            continue
+        started = time.monotonic()
+        try:
+            upsert_property_object(object_id=card[0], project_id=card[1], title="Restored by the source")
+        except ProjectCardNotFound:
+            pass  # its project was purged while the upsert waited: the wait is what is measured
+        samples.append((started, "restore", time.monotonic() - started))
+    return {"samples": samples}
+
+
+def admin_pages(*, database_url: str, repeats: int) -> dict:
+    """Time the admin pages a staff member opens, through Django's test client (the whole request: middleware,
+    queries, templates), `repeats` rounds after one warm-up round. Every page must answer 200."""
+    setup_django(database_url)
+    from django.contrib import admin  # needs the app registry that setup_django filled
+    from django.contrib.auth import get_user_model
+    from django.test import Client
+    from django.urls import reverse
+
+    from catalog.models import CardStatus, ProjectCard, PropertyObjectCard
+
+    def deep_page(model) -> int:
+        """Page 400, or the last page where there are fewer."""
+        per_page = admin.site.get_model_admin(model).list_per_page
+        return min(ADMIN_DEEP_PAGE, max(1, math.ceil(model.objects.count() / per_page)))
+
+    objects = reverse("admin:catalog_propertyobjectcard_changelist")
+    projects = reverse("admin:catalog_projectcard_changelist")
+    delisted_card = (
+        PropertyObjectCard.objects.filter(status=CardStatus.DELISTED).order_by("updated_at", "id")
+        .values_list("id", flat=True).first()
+    )
+    object_page, project_page = deep_page(PropertyObjectCard), deep_page(ProjectCard)
+    pages = [
+        ("admin index", reverse("admin:index")),
+        ("Delisted retention backlog", reverse("admin:retention_delistedretention_changelist")),
+        ("property-object cards, first page", objects),
+        (f"property-object cards, page {object_page}", f"{objects}?p={object_page}"),
+        ("project cards, first page", projects),
+        (f"project cards, page {project_page}", f"{projects}?p={project_page}"),
+        ("property-object cards, status Delisted", f"{objects}?status__exact={CardStatus.DELISTED}"),
+        ("a Delisted property-object card", reverse("admin:catalog_propertyobjectcard_change", args=[delisted_card])),
+    ]
+    client = Client(HTTP_HOST="localhost")
+    client.force_login(get_user_model().objects.create_superuser("bench-staff", password=None))
+    seconds = {path: [] for _, path in pages}
+    for round_index in range(1 + repeats):
+        for label, path in pages:
+            started = time.monotonic()
+            response = client.get(path)
+            elapsed = time.monotonic() - started
+            if response.status_code != 200:
+                raise RuntimeError(f"{label} ({path}) answered {response.status_code}")
+            if round_index:  # the first round warms caches and connections up
+                seconds[path].append(elapsed)
+    # The report names the page, not the card of this run.
+    return {"pages": [(label, path.replace(str(delisted_card), "<id>"), seconds[path]) for label, path in pages]}
+
+
+PEERS = ("naive", "oneshot", "sentry")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("worker", choices=("job", "floor", "traffic"))
+    parser.add_argument("worker", choices=("job", "floor", *PEERS, "traffic", "restore", "admin"))
     parser.add_argument("--database-url", required=True)
     parser.add_argument("--batch-size", type=int, default=2000)
     parser.add_argument("--batch-pause-ms", type=int, default=0)
     parser.add_argument("--reads-per-second", type=int, default=400)
     parser.add_argument("--upserts-per-second", type=int, default=40)
+    parser.add_argument("--restores-per-second", type=float, default=10)
+    parser.add_argument("--repeats", type=int, default=10, help="admin: timed rounds over the pages")
     args = parser.parse_args()
     if args.worker == "job":
         outcome = timed_job(
@@ -160,11 +253,27 @@ def main() -> None:
         )
     elif args.worker == "floor":
         outcome = timed_floor(database_url=args.database_url, batch_size=args.batch_size)
-    else:
+    elif args.worker in PEERS:
+        setup_django(args.database_url)
+        from bench import peers  # needs the app registry that setup_django filled
+
+        if args.worker == "naive":
+            outcome = peers.naive_django(retention=RETENTION, batch_size=args.batch_size)
+        elif args.worker == "oneshot":
+            outcome = peers.one_shot(retention=RETENTION)
+        else:
+            outcome = peers.autocommit_loop(
+                database_url=args.database_url, retention=RETENTION, batch_size=args.batch_size
+            )
+    elif args.worker == "traffic":
         outcome = live_traffic(
             database_url=args.database_url, reads_per_second=args.reads_per_second,
             upserts_per_second=args.upserts_per_second,
         )
+    elif args.worker == "restore":
+        outcome = restores(database_url=args.database_url, restores_per_second=args.restores_per_second)
+    else:
+        outcome = admin_pages(database_url=args.database_url, repeats=args.repeats)
     json.dump(outcome, sys.stdout)
 
 

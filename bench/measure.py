@@ -1,0 +1,348 @@
+"""The measurements: each starts workers (`bench/workers.py`) on fresh copies of the templates and keeps what they
+report. `measure` runs them all and returns the `Results` the report is written from.
+
+Under live traffic two background workers load the copy while a purge runs: `traffic` (reads and upserts of
+Published cards) and `restore` (source upserts restoring the overdue card a purge takes next).
+"""
+
+import json
+import logging
+import math
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+
+from bench.databases import (
+    PROJECT_ROOT, WORKER_TIMEOUT_SECONDS, create_database, database_url, drop_partial_indexes, prepare_templates,
+)
+
+logger = logging.getLogger(__name__)
+
+# The command drains each backlog in one run; its per-run cap is not what the memory run measures.
+UNCAPPED_BATCHES = 1_000_000
+KINDS = ("read", "upsert", "restore")
+SCALING_RUNS = (
+    # (template, with the partial indexes); the target compares the first two
+    ("small", True),
+    ("large", True),
+    ("backlog_large", True),  # the throughput runs: the large backlog, spread thin over the large table
+    ("small", False),
+    ("large", False),
+)
+# The adaptive pause (pt-archiver's --sleep-coef): the bench measures it where the job offers it.
+PAUSE_FACTOR_OPTION = "--batch-pause-factor"
+PAUSE_FACTOR_SETTING = "DELISTED_RETENTION_BATCH_PAUSE_FACTOR"
+
+
+def worker_command(worker: str, url: str, *options: str) -> list[str]:
+    return [sys.executable, "-m", "bench.workers", worker, "--database-url", url, *options]
+
+
+def run_worker(worker: str, url: str, *options: str, env: dict[str, str] | None = None) -> dict:
+    completed = subprocess.run(
+        worker_command(worker, url, *options), cwd=PROJECT_ROOT, capture_output=True, text=True, check=True,
+        timeout=WORKER_TIMEOUT_SECONDS, env=os.environ | (env or {}),
+    )
+    return json.loads(completed.stdout)
+
+
+@dataclass(frozen=True)
+class Purge:
+    """What purges in a live-traffic round: a worker with its options, and settings for its environment."""
+
+    label: str
+    worker: tuple[str, ...]
+    env: dict[str, str] = field(default_factory=dict)
+    adaptive: bool = False  # the job with a pause factor
+
+
+@dataclass(frozen=True)
+class Load:
+    """The background load of a live-traffic round, and how long it runs alone first."""
+
+    reads_per_second: int
+    upserts_per_second: int
+    restores_per_second: float
+    idle_seconds: float
+
+
+@dataclass(frozen=True)
+class Run:
+    """One purge (the job's or the floor's) on one database copy."""
+
+    label: str
+    deleted_cards: int
+    seconds: float
+    batch_seconds: list[float]
+
+    @property
+    def rows_per_second(self) -> float:
+        return self.deleted_cards / self.seconds
+
+
+def run_from_outcome(outcome: dict, label: str) -> Run:
+    return Run(
+        label=label, deleted_cards=outcome["deleted_cards"], seconds=outcome["finished"] - outcome["started"],
+        batch_seconds=outcome["batch_seconds"],
+    )
+
+
+def timed_run(worker: str, url: str, label: str, *options: str) -> Run:
+    return run_from_outcome(run_worker(worker, url, *options), label)
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    """Nearest rank: the smallest value with at least `fraction` of the values at or below it."""
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(fraction * len(ordered)) - 1)]
+
+
+def measure_throughput(base_url: str, template: str, copy: str, *, batch_size: int, repeats: int):
+    """Job and floor, alternating, each on a fresh copy of the same template."""
+    jobs, floors = [], []
+    for _ in range(repeats):
+        jobs.append(timed_run("job", create_database(base_url, copy, template=template), "job",
+                              "--batch-size", str(batch_size)))
+        floors.append(timed_run("floor", create_database(base_url, copy, template=template), "floor",
+                                "--batch-size", str(batch_size)))
+    return jobs, floors
+
+
+def measure_scaling(
+    base_url: str, names: dict[str, str], copy: str, *, batch_size: int, repeats: int, throughput_jobs: list[Run],
+):
+    """Per-batch latency of the job on each scaling template, with the partial indexes and without them."""
+    runs: dict[tuple[str, bool], list[Run]] = {}
+    for template, with_index in SCALING_RUNS:
+        if template == "backlog_large":
+            runs[template, with_index] = throughput_jobs
+            continue
+        runs[template, with_index] = []
+        # Without the index a batch costs a table scan: one run shows that well enough.
+        for _ in range(repeats if with_index else 1):
+            url = create_database(base_url, copy, template=names[template])
+            if not with_index:
+                drop_partial_indexes(url)
+            label = f"{template}, {'partial index' if with_index else 'no partial index'}"
+            runs[template, with_index].append(timed_run("job", url, label, "--batch-size", str(batch_size)))
+    return runs
+
+
+@dataclass(frozen=True)
+class TrafficRound:
+    """One round on a fresh copy: background latencies (seconds, by kind) alone, then while the purge ran."""
+
+    purge: Run
+    idle: dict[str, list[float]]
+    during: dict[str, list[float]]
+
+    @property
+    def read_p99_ratio(self) -> float:
+        return percentile(self.during["read"], 0.99) / percentile(self.idle["read"], 0.99)
+
+
+@dataclass(frozen=True)
+class LiveTraffic:
+    label: str  # what purged: the job with a batch pause, the floor, a peer
+    rounds: list[TrafficRound]
+    adaptive: bool = False  # the job with a pause factor
+
+    def pooled(self, window: str, kind: str) -> list[float]:
+        return [seconds for one in self.rounds for seconds in getattr(one, window)[kind]]
+
+    @property
+    def median_read_p99_ratio(self) -> float:
+        return statistics.median(one.read_p99_ratio for one in self.rounds)
+
+
+def measure_live_traffic(
+    base_url: str, template: str, copy: str, *, purge: Purge, load: Load, rounds: int
+) -> LiveTraffic:
+    """The background load, first alone, then while `purge` empties the backlog; `rounds` times, each on a fresh
+    copy."""
+    return LiveTraffic(
+        label=purge.label, adaptive=purge.adaptive,
+        rounds=[traffic_round(base_url, template, copy, purge=purge, load=load) for _ in range(rounds)],
+    )
+
+
+def traffic_round(base_url: str, template: str, copy: str, *, purge: Purge, load: Load) -> TrafficRound:
+    url = create_database(base_url, copy, template=template)
+    background = [
+        start_background("traffic", url, "--reads-per-second", str(load.reads_per_second),
+                         "--upserts-per-second", str(load.upserts_per_second)),
+        start_background("restore", url, "--restores-per-second", str(load.restores_per_second)),
+    ]
+    try:
+        for process in background:
+            if process.stderr.readline().strip() != "ready":  # Django is up and the cards are chosen
+                raise RuntimeError(f"a background worker did not start: {process.stderr.read()}")
+        idle_from = time.monotonic() + 1.0  # one second of warm-up is not measured
+        time.sleep(1.0 + load.idle_seconds)
+        # The purge process's own start-up (imports) already competes for the CPU: idle ends at its launch.
+        idle_until = time.monotonic()
+        worker, *options = purge.worker
+        outcome = run_worker(worker, url, *options, env=purge.env)
+    finally:
+        outputs = [stop_background(process) for process in background]
+    idle, during = {kind: [] for kind in KINDS}, {kind: [] for kind in KINDS}
+    for started, kind, seconds in (sample for output in outputs for sample in json.loads(output)["samples"]):
+        if idle_from <= started < idle_until:
+            idle[kind].append(seconds)
+        elif outcome["started"] <= started <= outcome["finished"]:
+            during[kind].append(seconds)
+    return TrafficRound(purge=run_from_outcome(outcome, purge.label), idle=idle, during=during)
+
+
+def start_background(worker: str, url: str, *options: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        worker_command(worker, url, *options), cwd=PROJECT_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def stop_background(process: subprocess.Popen) -> str:
+    """SIGTERM, then its stdout (its samples)."""
+    process.send_signal(signal.SIGTERM)
+    try:
+        stdout, _ = process.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        raise
+    return stdout
+
+
+def peer_purges(batch_size: tuple[str, str]) -> list[Purge]:
+    return [
+        Purge("naive Django batches", ("naive", *batch_size)),
+        Purge("one-shot queryset.delete()", ("oneshot",)),
+        Purge("autocommit DELETE ... LIMIT loop", ("sentry", *batch_size)),
+    ]
+
+
+def job_has_option(url: str, option: str) -> bool:
+    """Whether this checkout's `manage.py purge_delisted --help` lists `option`."""
+    completed = subprocess.run(
+        [sys.executable, "manage.py", "purge_delisted", "--help"], cwd=PROJECT_ROOT,
+        env=os.environ | {"DATABASE_URL": url}, capture_output=True, text=True, check=True,
+        timeout=WORKER_TIMEOUT_SECONDS,
+    )
+    return option in completed.stdout.split()
+
+
+def peak_rss_of_command(url: str, *, batch_size: int, max_batches: int) -> tuple[int, int]:
+    """`manage.py purge_delisted` as its own process: (peak RSS in KiB from wait4's rusage, cards deleted)."""
+    with tempfile.TemporaryFile(mode="w+") as stdout:
+        process = subprocess.Popen(
+            [sys.executable, "manage.py", "purge_delisted", "--json", "--batch-size", str(batch_size),
+             "--max-batches", str(max_batches)],
+            cwd=PROJECT_ROOT, env=os.environ | {"DATABASE_URL": url}, stdout=stdout, stderr=subprocess.DEVNULL,
+        )
+        # wait4 reports this child alone; RUSAGE_CHILDREN would report the largest child so far.
+        _, status, usage = os.wait4(process.pid, 0)
+        process.returncode = os.waitstatus_to_exitcode(status)
+        if process.returncode != 0:
+            raise RuntimeError(f"purge_delisted exited with {process.returncode}")
+        stdout.seek(0)
+        result = json.load(stdout)
+    return usage.ru_maxrss, result["deleted_property_object_cards"] + result["deleted_project_cards"]
+
+
+@dataclass(frozen=True)
+class AdminPage:
+    label: str
+    path: str
+    seconds: list[float]
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.seconds)
+
+
+@dataclass(frozen=True)
+class Results:
+    sizes: dict[str, int]  # property-object cards per template
+    backlogs: dict[str, int]  # overdue property objects per template
+    jobs: list[Run]
+    floors: list[Run]
+    scaling: dict[tuple[str, bool], list[Run]]  # (template, with the partial indexes) -> runs
+    live: list[LiveTraffic]  # the job at each batch pause (the first is the target's) and pause factor, the floor
+    unmeasured: list[tuple[str, str]]  # (live-traffic purge, why it was not measured)
+    peers: list[LiveTraffic]  # the other shapes of the purge (bench/peers.py)
+    rss: list[tuple[int, int, int]]  # (max batches, peak RSS in KiB, cards deleted), the shorter run first
+    admin_pages: list[AdminPage]  # the admin index first
+
+    @property
+    def idle(self) -> dict[str, list[float]]:
+        """The background load alone, pooled over every round: the same condition whatever purge followed."""
+        return {
+            kind: [s for live in (*self.live, *self.peers) for s in live.pooled("idle", kind)] for kind in KINDS
+        }
+
+
+def measure(base_url: str, names: dict[str, str], args) -> Results:
+    sizes, backlogs = prepare_templates(base_url, names, args)
+    batch_size = ("--batch-size", str(args.batch_size))
+    logger.info("1. throughput: job vs floor")
+    jobs, floors = measure_throughput(
+        base_url, names["backlog_large"], names["run"], batch_size=args.batch_size, repeats=args.repeats
+    )
+    logger.info("2. scaling: small vs large table, with and without the partial indexes")
+    scaling = measure_scaling(
+        base_url, names, names["run"], batch_size=args.batch_size, repeats=args.repeats, throughput_jobs=jobs
+    )
+
+    # The job at each pause (the first is the target's) and pause factor, then the floor: what deleting alone
+    # costs the traffic.
+    live_purges = [
+        Purge(f"job, pause {pause} ms", ("job", *batch_size, "--batch-pause-ms", str(pause)))
+        for pause in args.pauses_ms
+    ]
+    factor_labels = [f"job, pause factor {factor:g}" for factor in args.pause_factors]
+    unmeasured = []
+    if job_has_option(database_url(base_url, names["small"]), PAUSE_FACTOR_OPTION):
+        live_purges += [
+            Purge(label, ("job", *batch_size), env={PAUSE_FACTOR_SETTING: str(factor)}, adaptive=True)
+            for label, factor in zip(factor_labels, args.pause_factors)
+        ]
+    else:
+        unmeasured = [(label, f"`purge_delisted --help` lists no `{PAUSE_FACTOR_OPTION}`") for label in factor_labels]
+    live_purges.append(Purge("raw-SQL floor", ("floor", *batch_size)))
+    load = Load(
+        reads_per_second=args.reads_per_second, upserts_per_second=args.upserts_per_second,
+        restores_per_second=args.restores_per_second, idle_seconds=args.idle_seconds,
+    )
+    live = []
+    for purge in live_purges:
+        logger.info("3./5. live traffic, %s", purge.label)
+        live.append(measure_live_traffic(
+            base_url, names["backlog_large"], names["run"], purge=purge, load=load, rounds=args.live_rounds
+        ))
+    peers = []
+    for purge in peer_purges(batch_size):
+        logger.info("6. peers under live traffic, %s", purge.label)
+        peers.append(measure_live_traffic(
+            base_url, names["backlog_large"], names["run"], purge=purge, load=load, rounds=args.peer_rounds
+        ))
+
+    logger.info("4. peak RSS of the command")
+    rss = []
+    for max_batches in (math.ceil(args.backlogs[0] / args.batch_size), UNCAPPED_BATCHES):
+        url = create_database(base_url, names["run"], template=names["backlog_large"])
+        rss.append((max_batches, *peak_rss_of_command(url, batch_size=args.batch_size, max_batches=max_batches)))
+
+    logger.info("7. admin pages")
+    url = create_database(base_url, names["run"], template=names["admin"])
+    admin_pages = [
+        AdminPage(label, path, seconds)
+        for label, path, seconds in run_worker("admin", url, "--repeats", str(args.admin_repeats))["pages"]
+    ]
+    return Results(
+        sizes=sizes, backlogs=backlogs, jobs=jobs, floors=floors, scaling=scaling, live=live, unmeasured=unmeasured,
+        peers=peers, rss=rss, admin_pages=admin_pages,
+    )

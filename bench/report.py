@@ -1,0 +1,315 @@
+"""The report (`docs/benchmarks.md`) and its chart: the targets judged, the tables, and the prose of
+`report_template.md` with the run's figures filled in. The hand-written findings live in
+`docs/benchmark-findings.md`, which no run rewrites."""
+
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+from string import Template
+
+from bench.measure import UNCAPPED_BATCHES, LiveTraffic, Results, Run, percentile
+
+TEMPLATE = Path(__file__).with_name("report_template.md")
+TARGETS = {
+    "throughput": 1.0,  # job rows/s ÷ floor rows/s, at least
+    "scaling": 1.2,  # batch p50 at the large table ÷ at the small one, at most
+    "live_read": 1.2,  # live-read p99 during the purge ÷ idle, at most
+    "rss_growth_mb": 20.0,  # peak RSS of the long run − of the short one, at most
+    "admin_page": 8.0,  # an admin page's median time ÷ the admin index page's, at most
+}
+SCALING_LABELS = {
+    "small": "small demo catalog",
+    "large": "same backlog, table grown",
+    "backlog_large": "large backlog, spread thin",
+}
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str
+    measured: str
+    goal: str
+    passed: bool
+
+
+def table_head(*columns: str) -> list[str]:
+    return ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+
+
+def milliseconds(seconds: float) -> str:
+    return f"{seconds * 1000:.1f} ms"
+
+
+def batch_percentiles(runs: list[Run]) -> tuple[float, float]:
+    batches = [seconds for run in runs for seconds in run.batch_seconds]
+    return percentile(batches, 0.5), percentile(batches, 0.99)
+
+
+def evaluate_targets(results: Results) -> list[Target]:
+    job_rate, floor_rate = median_rate(results.jobs), median_rate(results.floors)
+    small_p50, _ = batch_percentiles(results.scaling["small", True])
+    large_p50, _ = batch_percentiles(results.scaling["large", True])
+    default_live = results.live[0]
+    read_ratio = default_live.median_read_p99_ratio
+    round_ratios = ", ".join(f"{one.read_p99_ratio:.2f}" for one in default_live.rounds)
+    (_, small_rss, small_deleted), (_, large_rss, large_deleted) = results.rss
+    growth_mb = (large_rss - small_rss) / 1024
+    sizes = results.sizes
+    index, *pages = results.admin_pages
+    slowest = max(pages, key=lambda page: page.median)
+    return [
+        Target(
+            "job throughput ÷ raw-SQL floor",
+            f"**{job_rate / floor_rate:.2f}** ({job_rate:,.0f} vs {floor_rate:,.0f} rows/s)",
+            f"≥ {TARGETS['throughput']}", job_rate / floor_rate >= TARGETS["throughput"],
+        ),
+        Target(
+            f"batch p50 at {sizes['large']:,} ÷ at {sizes['small']:,} cards",
+            f"**{large_p50 / small_p50:.2f}** ({milliseconds(large_p50)} vs {milliseconds(small_p50)})",
+            f"≤ {TARGETS['scaling']}", large_p50 / small_p50 <= TARGETS["scaling"],
+        ),
+        Target(
+            f"live-read p99 during the purge ({default_live.label}) ÷ idle, median of rounds",
+            f"**{read_ratio:.2f}** (rounds: {round_ratios})",
+            f"≤ {TARGETS['live_read']}", read_ratio <= TARGETS["live_read"],
+        ),
+        Target(
+            f"peak RSS growth, {small_deleted:,} → {large_deleted:,} cards deleted",
+            f"**{growth_mb:+.1f} MB** ({small_rss / 1024:.1f} → {large_rss / 1024:.1f} MB)",
+            f"≤ {TARGETS['rss_growth_mb']:.0f} MB", growth_mb <= TARGETS["rss_growth_mb"],
+        ),
+        Target(
+            f"slowest admin page ÷ admin index, {sizes['admin']:,} cards, {results.backlogs['admin']:,} overdue",
+            f"**{slowest.median / index.median:.1f}** ({slowest.label}: {milliseconds(slowest.median)} vs "
+            f"{milliseconds(index.median)})",
+            f"≤ {TARGETS['admin_page']:.0f} each", slowest.median / index.median <= TARGETS["admin_page"],
+        ),
+    ]
+
+
+def targets_table(targets: list[Target]) -> list[str]:
+    lines = table_head("target", "measured", "goal", "result")
+    for target in targets:
+        lines.append(
+            f"| {target.name} | {target.measured} | {target.goal} | {'**pass**' if target.passed else '**FAIL**'} |"
+        )
+    return lines
+
+
+def throughput_table(results: Results) -> list[str]:
+    lines = table_head("run", "cards deleted", "seconds", "rows/s", "batch p50", "batch p99")
+    for run in [*results.jobs, *results.floors]:
+        p50, p99 = batch_percentiles([run])
+        lines.append(
+            f"| {run.label} | {run.deleted_cards:,} | {run.seconds:.2f} | {run.rows_per_second:,.0f} "
+            f"| {milliseconds(p50)} | {milliseconds(p99)} |"
+        )
+    return lines
+
+
+def scaling_table(results: Results) -> list[str]:
+    sizes, backlogs = results.sizes, results.backlogs
+    lines = table_head(
+        "catalog", "property-object cards", "overdue", "partial indexes", "batches", "batch p50", "batch p99",
+        "rows/s (median run)",
+    )
+    for (template, with_index), runs in results.scaling.items():
+        p50, p99 = batch_percentiles(runs)
+        lines.append(
+            f"| {SCALING_LABELS[template]} | {sizes[template]:,} | {backlogs[template]:,} "
+            f"| {'yes' if with_index else 'dropped'} | {sum(len(run.batch_seconds) for run in runs)} "
+            f"| {milliseconds(p50)} | {milliseconds(p99)} "
+            f"| {median_rate(runs):,.0f} |"
+        )
+    return lines
+
+
+def live_cells(live: LiveTraffic, idle: dict[str, list[float]], kind: str, fraction: float) -> str:
+    """A percentile of the samples during the purge, and its ratio to idle."""
+    during = percentile(live.pooled("during", kind), fraction)
+    return f"{milliseconds(during)} (×{during / percentile(idle[kind], fraction):.2f})"
+
+
+def purge_runs(live: LiveTraffic) -> list[Run]:
+    return [one.purge for one in live.rounds]
+
+
+def median_seconds(runs: list[Run]) -> float:
+    return statistics.median(run.seconds for run in runs)
+
+
+def median_rate(runs: list[Run]) -> float:
+    return statistics.median(run.rows_per_second for run in runs)
+
+
+def longest_transaction(runs: list[Run]) -> float:
+    return max(seconds for run in runs for seconds in run.batch_seconds)
+
+
+def live_table(results: Results) -> list[str]:
+    idle = results.idle
+    lines = table_head(
+        "purge", "read p50", "read p99", "read p99 ÷ idle, per round", "upsert p50", "upsert p99",
+        "longest batch (≥ longest row-lock hold)", "purge run (median)",
+    )
+    idle_cells = [
+        milliseconds(percentile(idle[kind], fraction)) for kind in ("read", "upsert") for fraction in (0.5, 0.99)
+    ]
+    lines.append(f"| idle (no purge) | {idle_cells[0]} | {idle_cells[1]} | | {idle_cells[2]} | {idle_cells[3]} | | |")
+    for live in results.live:
+        purges = purge_runs(live)
+        lines.append(
+            f"| {live.label} | {live_cells(live, idle, 'read', 0.5)} | {live_cells(live, idle, 'read', 0.99)} "
+            f"| {', '.join(f'{one.read_p99_ratio:.2f}' for one in live.rounds)} "
+            f"(median {live.median_read_p99_ratio:.2f}) "
+            f"| {live_cells(live, idle, 'upsert', 0.5)} | {live_cells(live, idle, 'upsert', 0.99)} "
+            f"| {milliseconds(longest_transaction(purges))} | {median_seconds(purges):.1f} s, "
+            f"{median_rate(purges):,.0f} rows/s |"
+        )
+    for label, why in results.unmeasured:
+        lines.append(f"| {label} | not measured: {why} | | | | | | |")
+    return lines
+
+
+def pause_factor_effect(results: Results) -> str:
+    """One sentence: what the adaptive pause did to the live traffic, next to the job without any pause."""
+    factors = [live for live in results.live if live.adaptive]
+    if not factors:
+        return f"The adaptive pause was not measured: {results.unmeasured[0][1]}."
+    unpaused = results.live[0]
+    effects = [
+        f"*{live.label}*: read p99 ÷ idle {live.median_read_p99_ratio:.2f} (median of rounds) against "
+        f"{unpaused.median_read_p99_ratio:.2f} for *{unpaused.label}*, upsert p99 "
+        f"{milliseconds(percentile(live.pooled('during', 'upsert'), 0.99))} against "
+        f"{milliseconds(percentile(unpaused.pooled('during', 'upsert'), 0.99))}, the run "
+        f"{median_seconds(purge_runs(live)):.1f} s against {median_seconds(purge_runs(unpaused)):.1f} s"
+        for live in factors
+    ]
+    return "The adaptive pause: " + "; ".join(effects) + "."
+
+
+def peers_table(results: Results) -> list[str]:
+    idle = results.idle
+    lines = table_head(
+        "purge", "rows/s (median run)", "longest transaction", "read p99", "upsert p99",
+        "longest restore wait (restores during the purge)",
+    )
+    for live in (results.live[0], results.live[-1], *results.peers):
+        purges = purge_runs(live)
+        restores = live.pooled("during", "restore")
+        longest_restore = f"{milliseconds(max(restores))} ({len(restores):,})" if restores else "(none)"
+        lines.append(
+            f"| {live.label} | {median_rate(purges):,.0f} "
+            f"| {milliseconds(longest_transaction(purges))} | {live_cells(live, idle, 'read', 0.99)} "
+            f"| {live_cells(live, idle, 'upsert', 0.99)} | {longest_restore} |"
+        )
+    return lines
+
+
+def memory_table(results: Results) -> list[str]:
+    lines = table_head("--max-batches", "cards deleted", "peak RSS")
+    for max_batches, peak_kib, deleted in results.rss:
+        lines.append(f"| {max_batches:,} | {deleted:,} | {peak_kib / 1024:.1f} MB |")
+    return lines
+
+
+def admin_table(results: Results) -> list[str]:
+    index = results.admin_pages[0]
+    lines = table_head("page", "path", "median", "÷ admin index", "result")
+    for page in results.admin_pages:
+        ratio = page.median / index.median
+        verdict = "" if page is index else "**pass**" if ratio <= TARGETS["admin_page"] else "**FAIL**"
+        lines.append(f"| {page.label} | `{page.path}` | {milliseconds(page.median)} | {ratio:.1f} | {verdict} |")
+    return lines
+
+
+def render_report(
+    results: Results, targets: list[Target], *, args, chart_name: str, elapsed: float, written, host: dict[str, str],
+) -> str:
+    """The report: `written` is when (a UTC datetime), `host` describes the machine (cores, python, server)."""
+    sizes, backlogs = results.sizes, results.backlogs
+    samples = "; ".join(
+        f"{len(live.pooled('during', 'read')):,} during {live.label}" for live in (*results.live, *results.peers)
+    )
+    tables = {
+        "targets_table": targets_table(targets),
+        "throughput_table": throughput_table(results),
+        "scaling_table": scaling_table(results),
+        "live_table": live_table(results),
+        "peers_table": peers_table(results),
+        "memory_table": memory_table(results),
+        "admin_table": admin_table(results),
+    }
+    idle_restores = results.idle["restore"]
+    return Template(TEMPLATE.read_text()).substitute(
+        {name: "\n".join(lines) for name, lines in tables.items()},
+        written=f"{written:%Y-%m-%d %H:%M}",
+        elapsed_minutes=f"{elapsed / 60:.1f}",
+        **host,
+        batch_size=args.batch_size,
+        chart=chart_name,
+        repeats=args.repeats,
+        throughput_cards=f"{sizes['backlog_large']:,}",
+        throughput_backlog=f"{backlogs['backlog_large']:,}",
+        small_cards=f"{sizes['small']:,}",
+        small_backlog=f"{backlogs['small']:,}",
+        large_base_cards=f"{sizes['large'] - sizes['small']:,}",
+        large_cards=f"{sizes['large']:,}",
+        large_backlog=f"{backlogs['large']:,}",
+        reads_per_second=args.reads_per_second,
+        upserts_per_second=args.upserts_per_second,
+        restores_per_second=f"{args.restores_per_second:g}",
+        idle_seconds=f"{args.idle_seconds:g}",
+        live_rounds=args.live_rounds,
+        pause_factor_effect=pause_factor_effect(results),
+        live_samples=f"{len(results.idle['read']):,} idle; {samples}",
+        peer_rounds=args.peer_rounds,
+        idle_restore_longest=milliseconds(max(idle_restores)) if idle_restores else "(none)",
+        short_run_batches=f"{results.rss[0][0]:,}",
+        uncapped_batches=f"{UNCAPPED_BATCHES}",
+        admin_cards=f"{sizes['admin']:,}",
+        admin_backlog=f"{backlogs['admin']:,}",
+        admin_repeats=args.admin_repeats,
+    )
+
+
+def draw_chart(path: Path, results: Results) -> None:
+    import matplotlib  # only the report needs it: requirements-bench.txt
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot
+    from matplotlib.ticker import LogLocator, MaxNLocator, NullFormatter, ScalarFormatter
+
+    figure, (left, right) = pyplot.subplots(1, 2, figsize=(14, 6.5))
+    for axes in (left, right):
+        axes.xaxis.set_major_locator(MaxNLocator(integer=True))
+    for (template, with_index), runs in results.scaling.items():
+        if template == "backlog_large":  # the throughput runs: on the right
+            continue
+        left.plot(
+            [s * 1000 for s in runs[0].batch_seconds], marker="o", markersize=3,
+            linestyle="-" if with_index else "--",
+            label=f"{SCALING_LABELS[template]}, {results.sizes[template]:,} cards"
+                  f"{'' if with_index else ', no partial index'}",
+        )
+    left.set_yscale("log")
+    left.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+    left.yaxis.set_major_formatter(ScalarFormatter())
+    left.yaxis.set_minor_formatter(NullFormatter())
+    left.set_title(f"Backlog of {results.backlogs['small']:,}: small vs large table")
+    left.set_xlabel("batch")
+    left.set_ylabel("batch latency, ms (log scale)")
+    backlog_runs = [
+        (results.jobs[0].batch_seconds, "job"), (results.floors[0].batch_seconds, "raw-SQL floor"),
+        *((live.rounds[0].purge.batch_seconds, f"{live.label}, under live traffic") for live in results.live),
+    ]
+    for batch_seconds, label in backlog_runs:
+        right.plot([s * 1000 for s in batch_seconds], linewidth=1, label=label)
+    right.set_title(f"Backlog of {results.backlogs['backlog_large']:,} in {results.sizes['backlog_large']:,} cards")
+    right.set_xlabel("batch")
+    right.set_ylabel("batch latency, ms")
+    right.set_ylim(bottom=0)
+    for axes in (left, right):
+        axes.legend(loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=2, fontsize="small", frameon=False)
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
