@@ -63,27 +63,32 @@ def setup_django(database_url: str) -> None:
 
 
 def timed_job(*, database_url: str, batch_size: int, batch_pause_ms: int) -> dict:
-    """purge_delisted_cards in this process, timing each batch from the service's own hooks: `should_stop` is
-    asked right before a batch (after the pause), `on_batch` is told right after the batch committed."""
+    """purge_delisted_cards in this process, timing each batch from the service's own hooks: the stop request is
+    asked right before a batch (after the pause), `on_batch` is told right after the batch committed. The pause
+    factor, if any, comes from DELISTED_RETENTION_BATCH_PAUSE_FACTOR in the environment."""
     setup_django(database_url)
-    from retention.service import purge_delisted_cards  # needs the app registry that setup_django filled
+    # Need the app registry that setup_django filled.
+    from retention.limits import PurgeLimits
+    from retention.service import StopRequest, purge_delisted_cards
 
-    pause = timedelta(milliseconds=batch_pause_ms)
     asked_at: list[float] = []
     batch_seconds: list[float] = []
 
-    def before_batch() -> bool:
-        asked_at.append(time.monotonic())
-        return False
+    class TimedStop(StopRequest):
+        @property
+        def requested(self) -> bool:
+            asked_at.append(time.monotonic())
+            return False
 
     def after_batch(deleted_cards: int) -> None:
         batch_seconds.append(time.monotonic() - asked_at[-1])
 
-    started = time.monotonic()
-    result = purge_delisted_cards(
-        retention=RETENTION, batch_size=batch_size, max_batches=UNLIMITED_BATCHES,
-        max_duration=UNLIMITED_DURATION, batch_pause=pause, should_stop=before_batch, on_batch=after_batch,
+    limits = PurgeLimits.from_settings().replace(
+        retention=RETENTION, batch_size=batch_size, max_batches=UNLIMITED_BATCHES, max_duration=UNLIMITED_DURATION,
+        batch_pause=timedelta(milliseconds=batch_pause_ms),
     )
+    started = time.monotonic()
+    result = purge_delisted_cards(limits, stop=TimedStop(), on_batch=after_batch)
     finished = time.monotonic()
     return {
         "started": started,
