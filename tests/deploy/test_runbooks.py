@@ -39,13 +39,21 @@ def test_the_stuck_lock_query_finds_nobody_when_the_lock_is_free():
         assert cursor.fetchall() == []
 
 
-@pytest.mark.parametrize("runbook", sorted(path.name for path in RUNBOOKS.glob("*.md")))
+RUNBOOKS_WITH_SQL = sorted(path.name for path in RUNBOOKS.glob("*.md") if sql_blocks(path.name))
+
+
+def test_every_runbook_but_the_index_has_sql_to_run():
+    assert set(RUNBOOKS_WITH_SQL) == {path.name for path in RUNBOOKS.glob("*.md")} - {"README.md"}
+
+
+@pytest.mark.parametrize("runbook", RUNBOOKS_WITH_SQL)
 def test_the_read_only_sql_of_each_runbook_runs(runbook):
     read_only = [
         block for block in sql_blocks(runbook)
         if block.lstrip().startswith(("SELECT", "EXPLAIN")) and "…" not in block and "pg_terminate_backend" not in block
     ]
 
+    assert read_only, f"{runbook}: no read-only SQL block to run"
     with connection.cursor() as cursor:
         for block in read_only:
             cursor.execute(block)
