@@ -2,19 +2,68 @@
 
 The cards are a replica of the source system, and any write to a Delisted card would reset its retention clock
 (its `updated_at` is the delisting moment the purge job ages it by).
+
+The lists stay fast at millions of rows by design: no COUNT(*) over a whole table (EstimatedCountPaginator), pages
+read through the sort indexes of migration 0003, and sorting only by indexed columns.
 """
 
+from datetime import timedelta
+from functools import cached_property
+
+from django.conf import settings
 from django.contrib import admin
 from django.core.exceptions import ValidationError
-from django.db.models import Q
+from django.core.paginator import Paginator
+from django.db import connections
+from django.db.models import Q, QuerySet
+from django.utils import timezone
+from django.utils.dateformat import format as date_format
+from django.utils.timesince import timesince, timeuntil
 
 from catalog.models import (
     BuildingDisplayOverride,
+    CardStatus,
     DeveloperRankingRule,
     ProjectCard,
     PropertyObjectCard,
     PropertyObjectDisplayOverride,
 )
+
+
+def planner_row_estimate(queryset: QuerySet) -> int:
+    """How many rows the planner expects `queryset` to match (EXPLAIN: nothing is executed)."""
+    query_sql, params = queryset.query.sql_with_params()
+    with connections[queryset.db].cursor() as cursor:
+        cursor.execute(f"EXPLAIN (FORMAT JSON) {query_sql}", params)
+        (plan,) = cursor.fetchone()[0]  # psycopg decodes the json column
+    return round(plan["Plan"]["Plan Rows"])
+
+
+class EstimatedCountPaginator(Paginator):
+    """Pagination of tables of millions of rows.
+
+    The count is exact up to `exact_count_limit` (a count that stops there), and past it the planner's estimate of the
+    filtered query, shown as "about N": never a COUNT(*) over the whole table. A page's rows are read by id, and the
+    ids come from the sort index alone (an index-only scan), so a deep OFFSET skips index entries, not table rows
+    (page 400 costs about what page 1 does; the cost still grows with the depth). With an estimate the last page
+    links may be a little off; the rows themselves are always exact.
+    """
+
+    exact_count_limit = 10_000
+    count_is_estimate = False
+
+    @cached_property
+    def count(self) -> int:
+        bounded = self.object_list.order_by().values("pk")[: self.exact_count_limit + 1].count()
+        if bounded <= self.exact_count_limit:
+            return bounded
+        self.count_is_estimate = True
+        return max(bounded, planner_row_estimate(self.object_list.order_by()))
+
+    def _get_page(self, object_list, number, paginator):
+        # Paginator.page's hook for the page object; object_list is the sliced queryset of this page.
+        page_rows = self.object_list.filter(pk__in=object_list.values("pk"))
+        return super()._get_page(page_rows, number, paginator)
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -25,6 +74,10 @@ class ReadOnlyAdmin(admin.ModelAdmin):
     field parses the term instead; a field it is not a valid value of (a word for a uuid, a uuid for a number) is
     skipped, and a term no field accepts lists nothing.
     """
+
+    paginator = EstimatedCountPaginator
+    # The catalog tables are big: skip the second count, the one over the whole table.
+    show_full_result_count = False
 
     def has_add_permission(self, request):
         return False
@@ -51,9 +104,28 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 
 class CardAdmin(ReadOnlyAdmin):
     list_filter = ["status"]
-    ordering = ["-updated_at"]
-    # The cards tables are big: skip the second COUNT(*) over the whole table.
-    show_full_result_count = False
+    # Served backwards by the (updated_at, id) and (status, updated_at, id) indexes; id makes deep pages one order.
+    ordering = ["-updated_at", "-id"]
+    # Only what an index sorts: any other column would sort the whole table on every page.
+    sortable_by = ["updated_at"]
+
+    def get_readonly_fields(self, request, obj=None):
+        if obj is not None and obj.status == CardStatus.DELISTED:
+            return [*super().get_readonly_fields(request, obj), "deletable_after"]
+        return super().get_readonly_fields(request, obj)
+
+    @admin.display(description="Deletable after")
+    def deletable_after(self, card):
+        """A Delisted card's delisting moment plus the retention period: the first nightly run after it deletes
+        the card (a project only once none of its property objects remains)."""
+        try:
+            deletable = card.updated_at + timedelta(days=settings.DELISTED_RETENTION_PERIOD_DAYS)
+        except OverflowError:
+            return "— (DELISTED_RETENTION_PERIOD_DAYS is out of range)"
+        when = date_format(timezone.localtime(deletable), "Y-m-d H:i:s e")
+        if deletable > timezone.now():
+            return f"{when} (in {timeuntil(deletable)})"
+        return f"{when} (overdue for {timesince(deletable)})"
 
 
 @admin.register(ProjectCard)

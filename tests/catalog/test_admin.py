@@ -1,6 +1,14 @@
-import pytest
-from django.urls import reverse
+import re
+import uuid
+from datetime import UTC, datetime, timedelta
 
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.urls import reverse
+from django.utils import timezone
+
+from catalog.admin import EstimatedCountPaginator
 from catalog.models import CardStatus, ProjectCard, PropertyObjectCard
 from tests.factories import (
     BuildingDisplayOverrideFactory,
@@ -145,3 +153,82 @@ def test_anonymous_user_is_sent_to_the_login_page(client, factory):
         response = client.get(url)
         assert response.status_code == 302
         assert response.url.startswith(reverse("admin:login"))
+
+
+class PaginatorExactUpToFive(EstimatedCountPaginator):
+    exact_count_limit = 5
+
+
+def analyzed_cards(published: int, delisted: int) -> None:
+    PropertyObjectCard.objects.bulk_create(
+        PropertyObjectCardFactory.build_batch(published, project_id=uuid.uuid4())
+        + PropertyObjectCardFactory.build_batch(delisted, long_delisted=True, project_id=uuid.uuid4())
+    )
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE catalog.property_object_cards")  # the planner's statistics of these rows
+
+
+@pytest.mark.parametrize(("filters", "expected"), [({}, 12), ({"status": CardStatus.DELISTED}, 7)])
+def test_past_the_exact_limit_the_count_is_the_planners_estimate_of_the_filtered_list(filters, expected):
+    analyzed_cards(published=5, delisted=7)
+    paginator = PaginatorExactUpToFive(PropertyObjectCard.objects.filter(**filters).order_by("-updated_at"), 2)
+
+    with CaptureQueriesContext(connection) as queries:
+        count = paginator.count
+
+    assert paginator.count_is_estimate
+    assert count == expected  # every row sampled: the estimate of a small analyzed table is exact
+    (counted,) = [query["sql"] for query in queries if not query["sql"].startswith("EXPLAIN")]
+    assert "COUNT(*)" in counted and "LIMIT 6" in counted  # the count stopped past the limit
+
+
+def test_up_to_the_exact_limit_the_count_is_exact():
+    analyzed_cards(published=2, delisted=3)
+
+    paginator = PaginatorExactUpToFive(PropertyObjectCard.objects.order_by("-updated_at"), 2)
+
+    assert (paginator.count, paginator.count_is_estimate) == (5, False)
+
+
+def test_a_changelist_of_many_cards_shows_an_estimate_and_never_counts_the_whole_table(staff_client):
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO catalog.property_object_cards (id, project_id, title, status, updated_at)"
+            " SELECT gen_random_uuid(), gen_random_uuid(), 'Flat ' || n, 'Published', now() - n * interval '1 minute'"
+            "   FROM generate_series(1, %s) AS n",
+            [EstimatedCountPaginator.exact_count_limit + 50],
+        )
+        cursor.execute("ANALYZE catalog.property_object_cards")
+
+    with CaptureQueriesContext(connection) as queries:
+        response = staff_client.get(admin_url(PropertyObjectCard, "changelist"), {"p": 3})
+
+    assert response.status_code == 200
+    assert re.search(r"about 10,0\d\d property object cards", response.content.decode())
+    counts = [query["sql"] for query in queries if "COUNT(" in query["sql"]]
+    assert counts and all("LIMIT" in sql for sql in counts)
+
+
+def test_deep_pages_list_every_card_once_newest_first_with_ties_broken_by_id(staff_client):
+    one_moment = timezone.now() - timedelta(days=1)
+    PropertyObjectCard.objects.bulk_create(
+        PropertyObjectCardFactory.build_batch(150, project_id=uuid.uuid4(), updated_at=one_moment)  # all tied
+        + PropertyObjectCardFactory.build_batch(60, project_id=uuid.uuid4())
+    )
+    url = admin_url(PropertyObjectCard, "changelist")
+
+    listed = [card.pk for page in (1, 2, 3) for card in staff_client.get(url, {"p": page}).context["cl"].result_list]
+
+    assert listed == list(PropertyObjectCard.objects.order_by("-updated_at", "-id").values_list("pk", flat=True))
+
+
+def test_a_delisted_cards_page_says_when_it_becomes_deletable(staff_client, settings):
+    settings.DELISTED_RETENTION_PERIOD_DAYS = 30
+    delisted = PropertyObjectCardFactory(status=CardStatus.DELISTED, updated_at=datetime(2026, 1, 10, 12, 0, tzinfo=UTC))
+    published = PropertyObjectCardFactory()
+
+    delisted_page = staff_client.get(admin_url(PropertyObjectCard, "change", delisted.pk)).content.decode()
+    published_page = staff_client.get(admin_url(PropertyObjectCard, "change", published.pk)).content.decode()
+
+    assert re.search(r"Deletable after:</label>\s*<div class=\"readonly\">2026-02-09 12:00:00 UTC \(", delisted_page)
+    assert "Deletable after" not in published_page
