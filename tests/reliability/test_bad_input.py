@@ -19,7 +19,11 @@ from tests.reliability.support import WAIT_SECONDS, CatalogState, job_environmen
 pytestmark = pytest.mark.django_db(transaction=True)
 
 OUT_OF_RANGE_NUMBERS = {"zero": 0, "negative": -5, "huge": 10**30}
-NOT_WHOLE_NUMBERS = {"malformed": "12abc", "non-numeric": "ten", "empty": "", "fractional": "1.5"}
+# Full-width digits and digit separators are numbers to Python's int(), typos to an operator: refused.
+NOT_WHOLE_NUMBERS = {
+    "malformed": "12abc", "non-numeric": "ten", "empty": "", "fractional": "1.5", "full-width": "３０",
+    "separated": "3_0",
+}
 OPTIONS = ("--retention-days", "--batch-size", "--max-batches", "--max-duration-seconds", "--batch-pause-ms")
 NUMERIC_SETTINGS = (
     "DELISTED_RETENTION_PERIOD_DAYS",

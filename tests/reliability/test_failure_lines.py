@@ -1,0 +1,55 @@
+"""What an operator reads after a failure: one line for an unreachable database or a missing schema, and logs in
+which every line is at most 8 KiB and, with LOG_FORMAT=json, JSON — a 2,000-card batch's ids included."""
+
+import json
+
+import psycopg
+import pytest
+from django.db import connection
+
+from config.logging import MAX_LINE_BYTES
+from tests.factories import ProjectCardFactory, PropertyObjectCardFactory
+from tests.reliability.support import run_purge
+from tests.support import deletes_refused, free_loopback_port
+
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+
+
+def test_an_unreachable_database_is_one_line_and_exit_1():
+    job = run_purge(DATABASE_URL=f"postgres://postgres@127.0.0.1:{free_loopback_port()}/catalog")
+
+    assert job.returncode == 1
+    [line] = job.stderr.strip().splitlines()
+    assert "purge_delisted: error: database 'default' is unreachable" in line
+
+
+def test_a_database_without_the_catalog_schema_is_one_line_saying_run_migrate():
+    name = f"{connection.settings_dict['NAME']}_empty"
+    with psycopg.connect(f"postgres://postgres@{connection.settings_dict['HOST']}:{connection.settings_dict['PORT']}/postgres", autocommit=True) as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}"')
+        admin.execute(f'CREATE DATABASE "{name}"')
+        try:
+            job = run_purge(DATABASE_URL=f"postgres://postgres@{connection.settings_dict['HOST']}:{connection.settings_dict['PORT']}/{name}")
+        finally:
+            admin.execute(f'DROP DATABASE "{name}"')
+
+    assert job.returncode == 1
+    [line] = job.stderr.strip().splitlines()
+    assert "the catalog schema is missing" in line and "manage.py migrate" in line
+
+
+def test_a_failed_batch_of_2000_logs_json_lines_of_at_most_8_kib_with_its_ids_as_arrays():
+    project = ProjectCardFactory()
+    PropertyObjectCardFactory.create_batch(2000, long_delisted=True, project_id=project.id)
+
+    with deletes_refused(sqlstate="40001"):
+        job = run_purge("--batch-size", "2000", LOG_FORMAT="json")
+
+    assert job.returncode == 1
+    lines = job.stderr.strip().splitlines()
+    records = [json.loads(line) for line in lines]  # every stderr line is JSON, the final error included
+    assert max(len(line.encode()) for line in lines) <= MAX_LINE_BYTES
+    ids = [card_id for record in records if record["message"] == "batch ids" for card_id in record["batch_ids"]]
+    assert len(ids) == len(set(ids)) == 2000
+    assert records[-1]["message"].startswith("purge_delisted: error: ")
+    assert all(record["time"].endswith("+00:00") for record in records)
