@@ -9,10 +9,12 @@ it was delisted.
 """
 
 import enum
+import json
 import uuid
 from decimal import Decimal
 
 from django.db import connection, transaction
+from psycopg import sql
 
 from catalog.models import CardStatus
 
@@ -135,3 +137,47 @@ def delist_project(*, project_id: uuid.UUID) -> int | None:
             [project_id],
         )
         return cursor.rowcount
+
+
+class CardNotFound(LookupError):
+    """A display override was written for a card that does not exist (never created, or purged)."""
+
+
+def add_property_object_override(*, object_id: uuid.UUID, field: str, value) -> int:
+    """The writers' protocol for display overrides: hold the card `FOR KEY SHARE` while writing, and refuse a gone
+    card. The retention job locks a card `FOR UPDATE` before deleting it with its overrides, so an override is
+    either written before (and deleted with the card) or refused after; never left behind as an orphan."""
+    return add_override(
+        card_table="property_object_cards", card_id=object_id, override_table="property_object_display_overrides",
+        key="property_object_id", field=field, value=value,
+    )
+
+
+def add_building_override(*, project_id: uuid.UUID, field: str, value, building_code: str = "") -> int:
+    """The same protocol for a project's building overrides."""
+    return add_override(
+        card_table="project_cards", card_id=project_id, override_table="building_display_overrides",
+        key="project_id", field=field, value=value, building_code=building_code,
+    )
+
+
+def add_override(*, card_table, card_id, override_table, key, field, value, building_code=None) -> int:
+    columns = {key: card_id, "field": field, "value": json.dumps(value)}
+    if building_code is not None:
+        columns["building_code"] = building_code
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(
+            sql.SQL("SELECT 1 FROM {} WHERE id = %s FOR KEY SHARE").format(sql.Identifier("catalog", card_table)),
+            [card_id],
+        )
+        if cursor.fetchone() is None:
+            raise CardNotFound(f"card {card_id} does not exist")
+        cursor.execute(
+            sql.SQL("INSERT INTO {} ({}) VALUES ({}) RETURNING id").format(
+                sql.Identifier("catalog", override_table),
+                sql.SQL(", ").join(map(sql.Identifier, columns)),
+                sql.SQL(", ").join(sql.Placeholder() * len(columns)),
+            ),
+            list(columns.values()),
+        )
+        return cursor.fetchone()[0]

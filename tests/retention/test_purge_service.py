@@ -1,6 +1,7 @@
 """The design document's test table, against the service on the real PostgreSQL."""
 
 import time
+import uuid
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -15,7 +16,7 @@ from catalog.models import (
     PropertyObjectCard,
     PropertyObjectDisplayOverride,
 )
-from catalog.operations import UpsertOutcome, upsert_property_object
+from catalog.operations import CardNotFound, UpsertOutcome, add_property_object_override, upsert_property_object
 from config.logging import TextFormatter
 from retention.limits import PurgeLimitsError
 from retention.results import PurgeFailed, StopReason
@@ -480,3 +481,39 @@ def test_a_run_writes_no_checkpoint_audit_or_outbox_rows():
     with connection.cursor() as cursor:
         cursor.execute("SELECT relname, n_tup_ins FROM pg_stat_xact_user_tables WHERE n_tup_ins > 0")
         assert dict(cursor.fetchall()) == inserts_before
+
+
+def test_overrides_left_by_writers_outside_the_protocol_are_swept_and_counted():
+    survivor = PropertyObjectCardFactory()
+    kept = PropertyObjectDisplayOverrideFactory(property_object_id=survivor.id)
+    PropertyObjectDisplayOverrideFactory.create_batch(3, property_object_id=uuid.uuid4())  # its card is gone
+    BuildingDisplayOverrideFactory(project_id=uuid.uuid4())
+
+    result = purge(now=NOW, batch_size=2)
+
+    assert (result.deleted_property_object_overrides, result.deleted_building_overrides) == (3, 1)
+    assert list(PropertyObjectDisplayOverride.objects.values_list("id", flat=True)) == [kept.id]
+    assert not BuildingDisplayOverride.objects.exists()
+    assert result.stop_reason == StopReason.COMPLETED
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_writer_following_the_protocol_holds_its_card_and_the_run_reports_has_more():
+    (card,) = overdue_objects(1)
+
+    def write_override():
+        add_property_object_override(object_id=card.id, field="title", value="sea view")
+
+    with held_in_another_transaction(write_override):
+        result = purge(now=NOW)
+
+    # The card was row-locked by the writer: skipped, and the run says overdue cards remain.
+    assert result.deleted_property_object_cards == 0 and result.has_more is True
+    assert PropertyObjectDisplayOverride.objects.filter(property_object_id=card.id).count() == 1
+
+    purge(now=NOW)
+
+    assert not PropertyObjectCard.objects.filter(id=card.id).exists()
+    assert not PropertyObjectDisplayOverride.objects.exists()
+    with pytest.raises(CardNotFound):
+        add_property_object_override(object_id=card.id, field="title", value="too late")
