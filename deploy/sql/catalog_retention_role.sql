@@ -64,3 +64,26 @@ TO catalog_retention;
 -- suffices; pg_monitor would add settings and scan functions the job never uses. It is cluster-wide and also
 -- shows the role every session's statistics and query text in pg_stat_activity, no table data.
 GRANT pg_read_all_stats TO catalog_retention;
+
+-- Defense in depth: even a wrong DELETE under this role (a bug, a hand-typed statement) deletes only Delisted cards.
+-- Row-level security with a permissive policy for everyone (no change for any other role; the tables' owner
+-- bypasses it anyway) and restrictive policies for this role alone: its DELETE and its FOR UPDATE locks (which
+-- UPDATE policies govern) see only Delisted cards.
+DO $$
+DECLARE
+    card_table text;
+BEGIN
+    FOREACH card_table IN ARRAY ARRAY['project_cards', 'property_object_cards'] LOOP
+        EXECUTE format('ALTER TABLE catalog.%I ENABLE ROW LEVEL SECURITY', card_table);
+        EXECUTE format('DROP POLICY IF EXISTS everyone ON catalog.%I', card_table);
+        EXECUTE format('CREATE POLICY everyone ON catalog.%I USING (true) WITH CHECK (true)', card_table);
+        EXECUTE format('DROP POLICY IF EXISTS retention_deletes_only_delisted ON catalog.%I', card_table);
+        EXECUTE format(
+            'CREATE POLICY retention_deletes_only_delisted ON catalog.%I AS RESTRICTIVE FOR DELETE '
+            'TO catalog_retention USING (status = ''Delisted'')', card_table);
+        EXECUTE format('DROP POLICY IF EXISTS retention_locks_only_delisted ON catalog.%I', card_table);
+        EXECUTE format(
+            'CREATE POLICY retention_locks_only_delisted ON catalog.%I AS RESTRICTIVE FOR UPDATE '
+            'TO catalog_retention USING (status = ''Delisted'')', card_table);
+    END LOOP;
+END $$;

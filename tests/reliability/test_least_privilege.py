@@ -115,3 +115,18 @@ def test_locking_a_batch_needs_update_on_a_column_not_only_delete(retention_role
 
     assert run.returncode == 1
     assert "permission denied for table project_cards" in run.stderr
+
+
+def test_under_the_role_a_delete_of_a_published_card_deletes_nothing(retention_role):
+    published = PropertyObjectCardFactory()
+    published_project = ProjectCardFactory()
+    delisted = PropertyObjectCardFactory(long_delisted=True)
+
+    with psycopg.connect(retention_role, autocommit=True) as as_role:
+        objects = as_role.execute("DELETE FROM catalog.property_object_cards WHERE id = ANY(%s)",
+                                  [[published.id, delisted.id]]).rowcount
+        projects = as_role.execute("DELETE FROM catalog.project_cards WHERE id = %s", [published_project.id]).rowcount
+
+    assert (objects, projects) == (1, 0)  # only the Delisted card
+    assert query("SELECT count(*) FROM catalog.property_object_cards WHERE id = %s", [published.id]) == [(1,)]
+    assert query("SELECT count(*) FROM catalog.project_cards WHERE id = %s", [published_project.id]) == [(1,)]
