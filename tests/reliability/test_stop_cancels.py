@@ -7,6 +7,7 @@ import signal
 import psycopg
 import pytest
 
+from catalog.models import PropertyObjectCard
 from tests.factories import PropertyObjectCardFactory
 from tests.support import database_url_of_tests
 from tests.reliability.support import WAIT_SECONDS, job_backend_pids, job_lock_holders, query, start_purge, wait_for
@@ -36,3 +37,16 @@ def test_sigterm_cancels_a_blocked_statement_and_the_run_ends_stopped(options):
     assert job.returncode == 0, stderr
     assert json.loads(stdout)["stop_reason"] == "stopped"
     assert job_lock_holders() == []
+
+
+def test_sigterm_during_a_long_batch_pause_ends_the_run_at_once():
+    PropertyObjectCardFactory.create_batch(3, long_delisted=True)
+    job = start_purge("--json", "--batch-size", "1", "--batch-pause-ms", "60000")
+    wait_for(lambda: PropertyObjectCard.objects.count() == 2, what="the first batch")
+    job.send_signal(signal.SIGTERM)
+
+    stdout, stderr = job.communicate(timeout=10)  # far less than the pause
+
+    assert job.returncode == 0, stderr
+    result = json.loads(stdout)
+    assert (result["stop_reason"], result["deleted_property_object_cards"]) == ("stopped", 1)

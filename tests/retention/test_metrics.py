@@ -1,6 +1,7 @@
 """The metrics a run hands over: to a real Pushgateway (read back from its /metrics) and to a textfile."""
 
 import json
+import socket
 import os
 import time
 from io import StringIO
@@ -226,3 +227,26 @@ def test_a_run_counts_the_backlog_twice_whatever_reads_it(settings, tmp_path, pu
 
     assert len(backlog_counts(queries)) == 2
     assert totals == [4] and result.overdue_property_object_cards == 3 and result.has_more is True
+
+
+def test_a_corrupt_textfile_is_rewritten_whole_with_a_warning(textfile, caplog):
+    textfile.write_text("this is not an exposition {{{\n")
+
+    purge()
+
+    assert read_textfile(textfile).value(RUNS, outcome="completed") == 1
+    assert any("rewritten whole" in r.getMessage() for r in caplog.records if r.levelname == "WARNING")
+
+
+def test_a_pushgateway_that_never_answers_costs_one_bounded_export(settings, monkeypatch, caplog):
+    monkeypatch.setattr("retention.metrics.EXPORT_TIMEOUT_SECONDS", 1)
+    with socket.socket() as silent:  # accepts connections (the kernel's backlog) and never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        settings.PROMETHEUS_PUSHGATEWAY_URL = f"http://127.0.0.1:{silent.getsockname()[1]}"
+
+        result = purge()
+
+    assert result.stop_reason == "completed"
+    warnings = [r for r in caplog.records if r.levelname == "WARNING" and r.name == "retention.metrics"]
+    assert warnings and all(r.timeout_seconds == 1 or "took its whole" in r.getMessage() for r in warnings)
