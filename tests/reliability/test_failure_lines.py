@@ -53,3 +53,11 @@ def test_a_failed_batch_of_2000_logs_json_lines_of_at_most_8_kib_with_its_ids_as
     assert len(ids) == len(set(ids)) == 2000
     assert records[-1]["message"].startswith("purge_delisted: error: ")
     assert all(record["time"].endswith("+00:00") for record in records)
+
+
+def test_a_bad_option_is_reported_before_the_database_is_tried():
+    job = run_purge("--batch-size", "0", DATABASE_URL=f"postgres://postgres@127.0.0.1:{free_loopback_port()}/catalog")
+
+    assert job.returncode == 2
+    [line] = job.stderr.strip().splitlines()
+    assert "--batch-size / DELISTED_RETENTION_BATCH_SIZE" in line
