@@ -20,6 +20,13 @@ class KindBacklog:
     overdue: int
     oldest_delisted_at: datetime | None
 
+    def overdue_age(self, cutoff: datetime) -> timedelta:
+        """How long the oldest overdue card has been past the cutoff; zero when none is overdue. The oldest
+        Delisted card is overdue whenever any is, so no query beyond the backlog's own aggregate."""
+        if self.oldest_delisted_at is None or self.oldest_delisted_at >= cutoff:
+            return timedelta(0)
+        return cutoff - self.oldest_delisted_at
+
 
 @dataclass(frozen=True)
 class Backlog:
