@@ -39,6 +39,13 @@ class KindBacklog:
     oldest_delisted_at: datetime | None
     held_back: int = 0  # overdue, but kept while a property-object card of theirs remains (projects only)
 
+    def overdue_age(self, cutoff: datetime) -> timedelta:
+        """How long the oldest overdue card has been past the cutoff; zero when none is overdue. The oldest
+        Delisted card is overdue whenever any is, so no query beyond the backlog's own aggregate."""
+        if self.oldest_delisted_at is None or self.oldest_delisted_at >= cutoff:
+            return timedelta(0)
+        return cutoff - self.oldest_delisted_at
+
 
 @dataclass(frozen=True)
 class Backlog:

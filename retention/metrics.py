@@ -9,7 +9,8 @@ Counters and the duration histogram are cumulative across runs: each export read
 this run, and writes the sum, so `increase()` and `rate()` work as on any counter (a Pushgateway restarted without
 persistence is an ordinary counter reset). Two exports racing (a lock-busy run beside the running one) can lose
 one increment; that is the price of not running an aggregating gateway. Gauges hold the latest run's values. The
-backlog the run counted at its start and at its end is exported with each. A failed run exports its outcome, its
+backlog the run counted at its start and at its end, with the age of its oldest overdue card (the retention
+SLO), is exported with each. A failed run exports its outcome, its
 duration and what its committed batches deleted. A sink holding garbage is rewritten whole, with a warning; the whole
 export of a run is bounded by EXPORT_TIMEOUT_SECONDS.
 
@@ -53,8 +54,10 @@ RUNS = "catalog_delisted_retention_runs_total"
 BATCHES_PROCESSED = "catalog_delisted_retention_batches_processed"
 LAST_SUCCESS = "catalog_delisted_retention_last_success_timestamp_seconds"
 MAX_RUN_DURATION = "catalog_delisted_retention_max_run_duration_seconds"
+LAST_RUN = "catalog_delisted_retention_last_run_timestamp_seconds"
 BACKLOG = "catalog_delisted_backlog"
 REPLICA_LAG_WAIT = "catalog_delisted_retention_replica_lag_wait_seconds_total"
+OLDEST_OVERDUE_AGE = "catalog_delisted_oldest_overdue_age_seconds"
 
 HELP = {
     RUN_DURATION: "Duration of purge_delisted runs that took the lock (failed runs included).",
@@ -66,8 +69,11 @@ HELP = {
     BATCHES_PROCESSED: "Batches the latest purge_delisted run committed.",
     LAST_SUCCESS: "When a purge_delisted run last finished with outcome completed or has_more (Unix time).",
     MAX_RUN_DURATION: "MaxRunDuration the latest purge_delisted run had, for alerting on runs near it.",
+    LAST_RUN: "When the latest purge_delisted run ended (Unix time), labelled with its outcome.",
     BACKLOG: "Delisted catalog cards by kind; scope overdue: those past the retention cutoff.",
     REPLICA_LAG_WAIT: "Time purge_delisted runs spent waiting for lagging streaming standbys.",
+    OLDEST_OVERDUE_AGE: "How long the oldest overdue Delisted card of each kind has been past the retention cutoff "
+    "(0 when none is overdue): the retention SLO.",
 }
 
 COUNTERS = (DELETED_PROPERTY_OBJECT_CARDS, DELETED_PROJECT_CARDS, DELETED_OVERRIDES, LOCK_CONTENTION, REPLICA_LAG_WAIT)
@@ -76,7 +82,8 @@ GAUGES = (BATCHES_PROCESSED, LAST_SUCCESS, MAX_RUN_DURATION)
 
 # Seconds; MaxRunDuration defaults to 1200.
 DURATION_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 900, 1200, 1800, 3600, math.inf)
-BACKLOG_SERIES = tuple((kind, scope) for kind in ("property_object", "project") for scope in ("delisted", "overdue"))
+KINDS = ("property_object", "project")
+BACKLOG_SERIES = tuple((kind, scope) for kind in KINDS for scope in ("delisted", "overdue"))
 # One bound for a run's whole export, all sinks together: a gateway that accepts and never answers costs no more.
 EXPORT_TIMEOUT_SECONDS = 10
 BACKLOG_CACHE_SECONDS = 30
@@ -98,6 +105,20 @@ def backlog_family(values: dict[tuple[str, str], float]) -> GaugeMetricFamily:
     return family
 
 
+def oldest_overdue_age_values(backlog: Backlog) -> dict[str, float]:
+    return {
+        "property_object": backlog.property_objects.overdue_age(backlog.cutoff).total_seconds(),
+        "project": backlog.projects.overdue_age(backlog.cutoff).total_seconds(),
+    }
+
+
+def oldest_overdue_age_family(values: dict[str, float]) -> GaugeMetricFamily:
+    family = GaugeMetricFamily(OLDEST_OVERDUE_AGE, HELP[OLDEST_OVERDUE_AGE], labels=["kind"])
+    for kind, value in values.items():
+        family.add_metric([kind], value)
+    return family
+
+
 @dataclass(eq=False)  # a registry keys collectors by identity
 class JobMetrics(Collector):
     """The job's metrics as one sink holds them: counters and the histogram summed over every run the sink has
@@ -111,6 +132,8 @@ class JobMetrics(Collector):
     duration_buckets: dict[float, float] = field(default_factory=lambda: dict.fromkeys(DURATION_BUCKETS, 0.0))
     duration_sum: float = 0.0
     backlog: dict[tuple[str, str], float] = field(default_factory=dict)
+    oldest_overdue_age: dict[str, float] = field(default_factory=dict)
+    last_run: tuple[str, float] | None = None  # (outcome, when it ended)
 
     @classmethod
     def parse(cls, exposition: str, *, job: str | None = None) -> "JobMetrics":
@@ -137,11 +160,16 @@ class JobMetrics(Collector):
             self.duration_sum = value
         elif name == BACKLOG and (labels.get("kind"), labels.get("scope")) in BACKLOG_SERIES:
             self.backlog[labels["kind"], labels["scope"]] = value
+        elif name == OLDEST_OVERDUE_AGE and labels.get("kind") in KINDS:
+            self.oldest_overdue_age[labels["kind"]] = value
+        elif name == LAST_RUN and labels.get("outcome") in self.runs:
+            self.last_run = (labels["outcome"], value)
 
     def add_run(self, result: PurgeResult, *, max_duration: timedelta) -> None:
         """Count one run, a failed one included: what its committed batches deleted is final."""
         outcome = result.outcome
         self.runs[outcome] += 1
+        self.last_run = (outcome, time.time())
         if outcome == Outcome.LOCK_BUSY:
             self.counters[LOCK_CONTENTION] += 1
             return
@@ -174,6 +202,13 @@ class JobMetrics(Collector):
         yield HistogramMetricFamily(RUN_DURATION, HELP[RUN_DURATION], buckets=buckets, sum_value=self.duration_sum)
         if self.backlog:
             yield backlog_family(self.backlog)
+        if self.oldest_overdue_age:
+            yield oldest_overdue_age_family(self.oldest_overdue_age)
+        if self.last_run is not None:
+            outcome, ended = self.last_run
+            last_run = GaugeMetricFamily(LAST_RUN, HELP[LAST_RUN], labels=["outcome"])
+            last_run.add_metric([outcome], ended)
+            yield last_run
 
 
 def registry_of(metrics: JobMetrics) -> CollectorRegistry:
@@ -269,6 +304,7 @@ class RunMetrics:
                     metrics = JobMetrics()
                 if backlog is not None:
                     metrics.backlog = backlog_values(backlog)
+                    metrics.oldest_overdue_age = oldest_overdue_age_values(backlog)
                 if result is not None:
                     metrics.add_run(result, max_duration=self.max_duration)
                 sink.write(metrics, timeout=max(0.001, deadline - time.monotonic()))
@@ -280,34 +316,36 @@ class RunMetrics:
 
 
 class BacklogCollector(Collector):
-    """`catalog_delisted_backlog` for the web app's /metrics, measured at most once per `max_age_seconds`
-    whatever the scrape rate, at the retention the settings give."""
+    """`catalog_delisted_backlog` and `catalog_delisted_oldest_overdue_age_seconds` for the web app's /metrics,
+    measured at most once per `max_age_seconds` whatever the scrape rate, at the retention the settings give."""
 
     def __init__(self, *, max_age_seconds: float = BACKLOG_CACHE_SECONDS, clock: Callable[[], float] = time.monotonic):
         self.max_age_seconds = max_age_seconds
         self.clock = clock
         self.lock = threading.Lock()
-        self.values: dict[tuple[str, str], float] | None = None
+        self.backlog: Backlog | None = None
         self.measured_at: float | None = None
 
     def describe(self) -> Iterator[Metric]:
         # Registering calls describe() instead of collect(): no database query at start-up.
         yield backlog_family({})
+        yield oldest_overdue_age_family({})
 
     def collect(self) -> Iterator[Metric]:
         with self.lock:
             if self.measured_at is None or self.clock() - self.measured_at >= self.max_age_seconds:
                 self.measured_at = self.clock()
-                self.values = self.measure_now()
-            values = self.values
-        if values is not None:
-            yield backlog_family(values)
+                self.backlog = self.measure_now()
+            backlog = self.backlog
+        if backlog is not None:
+            yield backlog_family(backlog_values(backlog))
+            yield oldest_overdue_age_family(oldest_overdue_age_values(backlog))
 
-    def measure_now(self) -> dict[tuple[str, str], float] | None:
+    def measure_now(self) -> Backlog | None:
         try:
             retention = PurgeLimits.from_settings().retention
-            return backlog_values(measure_backlog(cutoff=compute_cutoff(retention, None)))
+            return measure_backlog(cutoff=compute_cutoff(retention, None))
         except Exception as error:
-            # A scrape must not fail: the series is absent until the next measurement works.
+            # A scrape must not fail: the series are absent until the next measurement works.
             logger.warning("catalog_delisted_backlog not measured: %s", error)
             return None

@@ -4,6 +4,7 @@ import json
 import socket
 import os
 import time
+from datetime import timedelta
 from io import StringIO
 
 import psycopg
@@ -21,9 +22,11 @@ from retention.metrics import (
     DELETED_OVERRIDES,
     DELETED_PROJECT_CARDS,
     DELETED_PROPERTY_OBJECT_CARDS,
+    LAST_RUN,
     LAST_SUCCESS,
     LOCK_CONTENTION,
     MAX_RUN_DURATION,
+    OLDEST_OVERDUE_AGE,
     RUN_DURATION,
     RUNS,
 )
@@ -178,6 +181,33 @@ def test_the_backlog_is_exported_when_a_run_starts_and_when_it_ends(textfile):
 
     assert overdue_during_the_run[0] == 3
     assert read_textfile(textfile).value(BACKLOG, kind="property_object", scope="overdue") == 0
+
+
+def test_the_age_of_the_oldest_overdue_card_is_exported_with_the_backlog(textfile):
+    catalog_with_overdue_cards()  # delisted 45 days ago: 15 days past a 30-day retention
+
+    purge(batch_size=1, max_batches=1)
+
+    left_behind = read_textfile(textfile)
+    fifteen_days = pytest.approx(timedelta(days=15).total_seconds(), abs=60)
+    assert left_behind.value(OLDEST_OVERDUE_AGE, kind="property_object") == fifteen_days
+    assert left_behind.value(OLDEST_OVERDUE_AGE, kind="project") == fifteen_days
+    purge()
+    drained = read_textfile(textfile)
+    assert drained.value(OLDEST_OVERDUE_AGE, kind="property_object") == 0
+    assert drained.value(OLDEST_OVERDUE_AGE, kind="project") == 0
+
+
+def test_the_last_run_is_one_series_labelled_with_its_outcome(textfile):
+    purge()
+    before = time.time()
+    with psycopg.connect(database_url_of_tests(), autocommit=True) as other_instance:
+        other_instance.execute("SELECT pg_advisory_lock(%s)", [advisory_lock_key(LOCK_NAME)])
+        purge()
+
+    written = read_textfile(textfile)
+    assert before <= written.value(LAST_RUN, outcome="lock_busy") <= time.time()
+    assert [name for name, _ in written.values if name == LAST_RUN] == [LAST_RUN]  # the completed run's is gone
 
 
 def stopped_already() -> StopRequest:

@@ -8,7 +8,7 @@ from django.utils import timezone
 from prometheus_client import REGISTRY, CollectorRegistry
 
 from catalog.models import CardStatus
-from retention.metrics import BACKLOG, BACKLOG_CACHE_SECONDS, BacklogCollector
+from retention.metrics import BACKLOG, BACKLOG_CACHE_SECONDS, OLDEST_OVERDUE_AGE, BacklogCollector
 from tests.factories import ProjectCardFactory, PropertyObjectCardFactory
 from tests.support import Exposition
 
@@ -52,6 +52,16 @@ def test_metrics_endpoint_shows_the_live_backlog(client, backlog_collector):
     assert metrics.value(BACKLOG, kind="property_object", scope="overdue") == 3
     assert metrics.value(BACKLOG, kind="project", scope="delisted") == 1
     assert metrics.value(BACKLOG, kind="project", scope="overdue") == 1
+
+
+def test_metrics_endpoint_shows_how_long_the_oldest_overdue_card_is_past_the_cutoff(client, backlog_collector):
+    PropertyObjectCardFactory(long_delisted=True)  # 45 days ago: 15 days past a 30-day retention
+    ProjectCardFactory(status=CardStatus.DELISTED, updated_at=timezone.now())
+
+    metrics = scrape(client)
+
+    assert metrics.value(OLDEST_OVERDUE_AGE, kind="property_object") == pytest.approx(15 * 86400, abs=60)
+    assert metrics.value(OLDEST_OVERDUE_AGE, kind="project") == 0
 
 
 def test_scrapes_within_the_cache_period_do_not_query_the_database(client, backlog_collector):
