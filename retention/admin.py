@@ -1,8 +1,12 @@
-"""The "Delisted retention" admin page: what waits for the nightly job, at which limits, and what the next run
-would do. Staff only, read-only, and a fixed number of queries whatever the table sizes (aggregates over the
-partial indexes, one held-back count, and the dry-run preview, itself a fixed set of COUNTs)."""
+"""The "Delisted retention" admin page: what waits for the nightly job, at which limits, what the next run would do,
+and how the last one went. Staff only, read-only, and a fixed number of queries whatever the table sizes: the
+backlog aggregates and one held-back count (retention.backlog), from which the preview of the next run is reckoned
+(retention.backlog.preview_run) rather than counted again. The last run comes from the metrics sink the job writes.
+"""
 
 import math
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 
 from django.contrib import admin
 from django.core.exceptions import PermissionDenied
@@ -10,10 +14,90 @@ from django.template.response import TemplateResponse
 from django.urls import path
 
 from catalog.admin import ReadOnlyAdmin
-from retention.backlog import compute_cutoff, measure_backlog
+from retention.backlog import compute_cutoff, count_held_back_projects, measure_backlog, preview_run
 from retention.limits import PurgeLimits, PurgeLimitsError, settings_rows
+from retention.metrics import (
+    BATCHES_PROCESSED,
+    DELETED_OVERRIDES,
+    DELETED_PROJECT_CARDS,
+    DELETED_PROPERTY_OBJECT_CARDS,
+    LAST_SUCCESS,
+    configured_sinks,
+)
 from retention.models import DelistedRetention
-from retention.service import purge_delisted_cards
+from retention.results import Outcome
+
+# A page must not hang on a Pushgateway that accepts connections and never answers.
+SINK_READ_TIMEOUT_SECONDS = 2
+
+OUTCOME_WORDING = {
+    Outcome.COMPLETED: "completed: every overdue card it could delete is gone",
+    Outcome.HAS_MORE: "has more: stopped on a limit with overdue cards left for the next run",
+    Outcome.STOPPED: "stopped by a signal before it finished",
+    Outcome.LOCK_BUSY: "skipped: another run held the lock",
+    Outcome.FAILED: "failed: a batch rolled back or cards could not be deleted; see the run's log",
+}
+# Outcomes of runs that ended with a result: the batches and the backlog they exported are their own.
+OUTCOMES_WITH_A_RESULT = (Outcome.COMPLETED, Outcome.HAS_MORE, Outcome.STOPPED)
+
+
+@dataclass(frozen=True)
+class LastRun:
+    """The latest run as a metrics sink holds it. `batches` and the overdue cards it left are None when that run
+    exported none of its own (a failure, a skip)."""
+
+    source: str
+    outcome: str
+    wording: str
+    ended_at: datetime
+    last_success_at: datetime | None
+    batches: int | None
+    overdue_property_objects_left: int | None
+    overdue_projects_left: int | None
+    runs_by_outcome: dict[str, int]
+    deleted_property_object_cards: int
+    deleted_project_cards: int
+    deleted_overrides: int
+
+
+def read_last_run() -> dict:
+    """The latest run from the first configured sink that recorded one, or why there is none to show."""
+    sinks = configured_sinks()
+    problems = []
+    for sink in sinks:
+        try:
+            metrics = sink.read(timeout=SINK_READ_TIMEOUT_SECONDS)
+        except Exception as error:  # a missing gateway, an unreadable file: the page shows it and goes on
+            problems.append(f"{sink}: {error}")
+            continue
+        if metrics.last_run is None:
+            continue
+        outcome, ended = metrics.last_run
+        own_result = outcome in OUTCOMES_WITH_A_RESULT
+        last_success = metrics.gauges.get(LAST_SUCCESS)
+        return {
+            "last_run": LastRun(
+                source=str(sink),
+                outcome=outcome,
+                wording=OUTCOME_WORDING[outcome],
+                ended_at=datetime.fromtimestamp(ended, UTC),
+                last_success_at=datetime.fromtimestamp(last_success, UTC) if last_success is not None else None,
+                batches=int(metrics.gauges.get(BATCHES_PROCESSED, 0)) if own_result else None,
+                overdue_property_objects_left=(
+                    int(metrics.backlog.get(("property_object", "overdue"), 0)) if own_result else None
+                ),
+                overdue_projects_left=int(metrics.backlog.get(("project", "overdue"), 0)) if own_result else None,
+                runs_by_outcome={name: int(count) for name, count in metrics.runs.items()},
+                deleted_property_object_cards=int(metrics.counters[DELETED_PROPERTY_OBJECT_CARDS]),
+                deleted_project_cards=int(metrics.counters[DELETED_PROJECT_CARDS]),
+                deleted_overrides=int(metrics.counters[DELETED_OVERRIDES]),
+            )
+        }
+    return {"sinks": [str(sink) for sink in sinks], "sink_problems": problems}
+
+
+def days(duration: timedelta) -> float:
+    return duration / timedelta(days=1)
 
 
 def backlog_report(*, using: str = "default") -> dict:
@@ -25,14 +109,22 @@ def backlog_report(*, using: str = "default") -> dict:
         return {"limit_rows": limit_rows, "settings_error": str(error)}
     cutoff = compute_cutoff(limits.retention, None, using)
     backlog = measure_backlog(cutoff=cutoff, using=using)
+    held_back = count_held_back_projects(cutoff=cutoff, using=using)
     cards_per_run = limits.batch_size * limits.max_batches
     return {
         "limit_rows": limit_rows,
         "backlog": backlog,
-        "projects_held_back": backlog.projects.held_back,
+        "days_past_due": {
+            "property_objects": days(backlog.property_objects.overdue_age(cutoff)),
+            "projects": days(backlog.projects.overdue_age(cutoff)),
+        },
+        "projects_held_back": held_back.now,
+        "held_back": held_back,
         "cards_per_run": cards_per_run,
         "nightly_runs_needed": math.ceil(backlog.overdue_cards / cards_per_run),
-        "preview": purge_delisted_cards(limits, dry_run=True, using=using),
+        "preview": preview_run(
+            backlog=backlog, held_back=held_back, batch_size=limits.batch_size, max_batches=limits.max_batches
+        ),
     }
 
 
@@ -60,5 +152,6 @@ class DelistedRetentionAdmin(ReadOnlyAdmin):
             "title": "Delisted retention",
             "opts": self.model._meta,
             **backlog_report(),
+            **read_last_run(),
         }
         return TemplateResponse(request, "admin/retention/delisted_retention.html", context)

@@ -1,7 +1,10 @@
-"""The "Delisted retention" admin page: right counts for staff, nobody else, a fixed number of queries."""
+"""The "Delisted retention" admin page: right counts for staff, nobody else, a fixed number of queries, and the
+last run as the job's metrics sink holds it."""
 
+import re
 from datetime import timedelta
 
+import psycopg
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
@@ -9,11 +12,15 @@ from django.urls import reverse
 from django.utils import timezone
 
 from catalog.models import CardStatus
+from retention.locks import advisory_lock_key
+from retention.service import LOCK_NAME
+from tests.support import database_url_of_tests, purge
 from tests.factories import (
     ProjectCardFactory,
     PropertyObjectCardFactory,
     PropertyObjectDisplayOverrideFactory,
 )
+from tests.support import free_loopback_port
 
 pytestmark = pytest.mark.django_db
 
@@ -54,11 +61,46 @@ def test_staff_sees_the_backlog_the_limits_and_the_preview(plain_staff_client, s
     assert response.context["cards_per_run"] == 3
     assert response.context["nightly_runs_needed"] == 2  # 4 overdue cards, 3 per run
     preview = response.context["preview"]
-    assert preview.dry_run and (preview.deleted_property_object_cards, preview.deleted_project_cards) == (2, 1)
-    assert preview.has_more
+    assert (preview.deleted_property_object_cards, preview.deleted_project_cards) == (2, 1)
+    assert (preview.batches_processed, preview.has_more) == (3, True)
+    assert (preview.projects_held_back, preview.projects_held_back_exact) == (0, True)
     html = response.content.decode()
     assert '<td class="held-back">1</td>' in html
     assert "<code>DELISTED_RETENTION_BATCH_SIZE</code></td><td>1 </td>" in html
+
+
+def test_the_page_says_how_many_days_the_oldest_overdue_card_is_past_due(plain_staff_client):
+    PropertyObjectCardFactory(status=CardStatus.DELISTED, updated_at=timezone.now() - timedelta(days=42, hours=12))
+    ProjectCardFactory(status=CardStatus.DELISTED, updated_at=timezone.now())
+
+    html = plain_staff_client.get(PAGE).content.decode()
+
+    # 42.5 days since delisting, 30 of them the retention period.
+    assert re.search(r'id="backlog-property-objects">(?:(?!</tr>).)*<td class="days-past-due">12.5</td>', html, re.S)
+    assert re.search(r'id="backlog-projects">(?:(?!</tr>).)*<td class="days-past-due">—</td>', html, re.S)
+
+
+def test_counts_have_thousands_separators(plain_staff_client, settings):
+    settings.DELISTED_RETENTION_BATCH_SIZE = 2000
+    settings.DELISTED_RETENTION_MAX_BATCHES_PER_RUN = 100
+
+    html = plain_staff_client.get(PAGE).content.decode()
+
+    assert "a run deletes up to 200,000 cards" in html
+
+
+def test_the_held_back_wording_names_the_projects_that_stay_held_back(plain_staff_client):
+    catalog()
+    blocked = ProjectCardFactory(long_delisted=True)
+    PropertyObjectCardFactory(project_id=blocked.id)  # Published: keeps its project after phase A too
+
+    response = plain_staff_client.get(PAGE)
+
+    held_back = response.context["held_back"]
+    assert (held_back.now, held_back.after_overdue_objects) == (2, 1)
+    wording = " ".join(re.search(r'<p id="held-back">(.*?)</p>', response.content.decode(), re.S)[1].split())
+    assert "2 overdue projects still have property-object cards. Of them, 1 has a card that is not overdue" in wording
+    assert "and stays held back even once the overdue property objects are gone" in wording
 
 
 def test_the_page_is_listed_in_the_admin_index(plain_staff_client):
@@ -100,6 +142,79 @@ def test_query_count_does_not_grow_with_the_data(plain_staff_client):
 
     assert response.context["backlog"].property_objects.delisted == 63
     assert len(large) == len(small)
+
+
+def test_the_page_runs_no_dry_run_of_its_own(plain_staff_client):
+    catalog(scale=3)
+
+    with CaptureQueriesContext(connection) as queries:
+        plain_staff_client.get(PAGE)
+
+    assert not any("property_object_display_overrides" in query["sql"] for query in queries)
+    # One statement for the backlog of both kinds, one held-back count.
+    assert sum("count(" in query["sql"].lower() for query in queries) == 2
+
+
+def test_the_last_run_comes_from_the_metrics_textfile(plain_staff_client, settings, tmp_path):
+    settings.DELISTED_RETENTION_METRICS_TEXTFILE = str(tmp_path / "catalog_delisted_retention.prom")
+    catalog()
+    purge()
+    purge(batch_size=1, max_batches=1)  # nothing overdue left: completed again, no batch
+
+    response = plain_staff_client.get(PAGE)
+
+    last_run = response.context["last_run"]
+    assert (last_run.outcome, last_run.batches, last_run.overdue_property_objects_left) == ("completed", 0, 0)
+    assert last_run.runs_by_outcome["completed"] == 2
+    assert last_run.deleted_property_object_cards == 2 and last_run.deleted_project_cards == 2
+    assert timezone.now() - last_run.ended_at < timedelta(minutes=1)
+    assert "<code>completed</code>: completed" in response.content.decode()
+
+
+def test_the_last_run_comes_from_the_pushgateway_when_that_is_the_sink(plain_staff_client, settings, pushgateway):
+    settings.PROMETHEUS_PUSHGATEWAY_URL = pushgateway
+    settings.DELISTED_RETENTION_METRICS_TEXTFILE = ""
+    catalog()
+    purge(batch_size=1, max_batches=1)
+
+    last_run = plain_staff_client.get(PAGE).context["last_run"]
+
+    assert (last_run.source, last_run.outcome, last_run.batches) == (f"Pushgateway {pushgateway}", "has_more", 1)
+    assert last_run.overdue_property_objects_left == 1
+
+
+def test_a_skipped_run_is_the_last_run_without_batches_of_its_own(plain_staff_client, settings, tmp_path):
+    settings.DELISTED_RETENTION_METRICS_TEXTFILE = str(tmp_path / "catalog_delisted_retention.prom")
+    catalog()
+    purge()
+    with psycopg.connect(database_url_of_tests(), autocommit=True) as other_instance:
+        other_instance.execute("SELECT pg_advisory_lock(%s)", [advisory_lock_key(LOCK_NAME)])
+        purge()
+
+    last_run = plain_staff_client.get(PAGE).context["last_run"]
+
+    assert (last_run.outcome, last_run.batches, last_run.overdue_property_objects_left) == ("lock_busy", None, None)
+    assert last_run.last_success_at is not None
+
+
+def test_an_unreachable_pushgateway_is_said_on_the_page(plain_staff_client, settings):
+    settings.PROMETHEUS_PUSHGATEWAY_URL = f"http://127.0.0.1:{free_loopback_port()}"
+
+    response = plain_staff_client.get(PAGE)
+
+    assert response.status_code == 200 and response.context.get("last_run") is None
+    assert f"No run recorded in Pushgateway {settings.PROMETHEUS_PUSHGATEWAY_URL}. Unreadable:" in (
+        response.content.decode()
+    )
+
+
+def test_without_a_metrics_sink_the_page_says_the_last_run_is_not_known_here(plain_staff_client, settings):
+    settings.PROMETHEUS_PUSHGATEWAY_URL = ""
+    settings.DELISTED_RETENTION_METRICS_TEXTFILE = ""
+
+    html = plain_staff_client.get(PAGE).content.decode()
+
+    assert "Not known here: the job's metrics go nowhere this page can read" in html
 
 
 def test_invalid_settings_are_shown_instead_of_a_preview(plain_staff_client, settings):

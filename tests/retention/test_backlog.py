@@ -1,0 +1,92 @@
+"""The backlog counts and the preview reckoned from them: the preview must say what a real run then does."""
+
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from catalog.models import CardStatus
+from retention.backlog import compute_cutoff, count_held_back_projects, measure_backlog, preview_run
+from tests.support import purge
+from tests.factories import ProjectCardFactory, PropertyObjectCardFactory
+
+pytestmark = pytest.mark.django_db
+
+NOW = datetime(2026, 6, 1, 3, 30, tzinfo=timezone.utc)
+RETENTION = timedelta(days=30)
+CUTOFF = NOW - RETENTION
+LONG_AGO = CUTOFF - timedelta(days=10)
+RECENTLY = CUTOFF + timedelta(days=5)
+
+
+def delisted_project(objects: int = 0) -> str:
+    """An overdue project and `objects` property objects delisted with it (the INV-5 cascade)."""
+    project = ProjectCardFactory(status=CardStatus.DELISTED, updated_at=LONG_AGO)
+    PropertyObjectCardFactory.create_batch(
+        objects, project_id=project.id, status=CardStatus.DELISTED, updated_at=LONG_AGO
+    )
+    return project.id
+
+
+def catalog() -> None:
+    """9 overdue property objects and 6 overdue projects: 4 of those are held back now, 2 of them (a Published
+    object, a recently delisted one) still once the overdue objects are gone, and 4 are then purgeable."""
+    delisted_project(3)
+    delisted_project(3)
+    PropertyObjectCardFactory(project_id=delisted_project(1))
+    PropertyObjectCardFactory(project_id=delisted_project(), status=CardStatus.DELISTED, updated_at=RECENTLY)
+    delisted_project()
+    delisted_project()
+    live_project = ProjectCardFactory()
+    PropertyObjectCardFactory.create_batch(2, project_id=live_project.id, status=CardStatus.DELISTED, updated_at=LONG_AGO)
+    PropertyObjectCardFactory(project_id=live_project.id, status=CardStatus.DELISTED, updated_at=RECENTLY)
+
+
+def test_the_counts_of_the_catalog():
+    catalog()
+
+    backlog = measure_backlog(cutoff=CUTOFF)
+    held_back = count_held_back_projects(cutoff=CUTOFF)
+
+    assert (backlog.property_objects.overdue, backlog.projects.overdue) == (9, 6)
+    assert (held_back.now, held_back.after_overdue_objects) == (4, 2)
+
+
+@pytest.mark.parametrize(
+    ("batch_size", "max_batches"),
+    [
+        (100, 100),  # both phases run dry in one batch each
+        (3, 3),  # phase A exactly fills the run: no projects, yet purgeable ones are left
+        (3, 4),  # phase A ends on an empty batch; phase B gets one batch and leaves one project
+        (2, 5),  # phase A runs dry on the last batch the run allows: phase B gets none
+        (2, 3),  # phase A stops with overdue objects left
+        (5, 3),  # phase B runs dry on a short batch
+        (4, 4),  # phase B fills the run exactly and leaves nothing
+        (1, 1),
+    ],
+)
+def test_the_preview_agrees_with_what_a_real_run_then_does(batch_size, max_batches):
+    catalog()
+    cutoff = compute_cutoff(RETENTION, NOW, "default")
+    preview = preview_run(
+        backlog=measure_backlog(cutoff=cutoff), held_back=count_held_back_projects(cutoff=cutoff),
+        batch_size=batch_size, max_batches=max_batches,
+    )
+
+    real = purge(now=NOW, retention=RETENTION, batch_size=batch_size, max_batches=max_batches)
+
+    compared = ("deleted_property_object_cards", "deleted_project_cards", "batches_processed", "has_more")
+    assert {field: getattr(preview, field) for field in compared} == {field: getattr(real, field) for field in compared}
+    if preview.projects_held_back_exact:
+        assert preview.projects_held_back == real.projects_held_back
+    else:
+        assert 2 <= real.projects_held_back <= preview.projects_held_back
+
+
+def test_the_oldest_overdue_card_is_past_the_cutoff_by_its_age_and_zero_without_one():
+    PropertyObjectCardFactory(status=CardStatus.DELISTED, updated_at=LONG_AGO)
+    ProjectCardFactory(status=CardStatus.DELISTED, updated_at=RECENTLY)
+
+    backlog = measure_backlog(cutoff=CUTOFF)
+
+    assert backlog.property_objects.overdue_age(CUTOFF) == timedelta(days=10)
+    assert backlog.projects.overdue_age(CUTOFF) == timedelta(0)  # Delisted, not yet overdue
