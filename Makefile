@@ -17,7 +17,7 @@ BENCH_REPEATS ?= 3
 BENCH_PAUSES_MS ?= 0 200
 BENCH_LIVE_ROUNDS ?= 4
 
-.PHONY: demo test migrate bench
+.PHONY: demo demo-stop test migrate bench
 
 $(VENV)/.installed: requirements.txt
 	python3 -m venv $(VENV)
@@ -37,6 +37,11 @@ demo: $(VENV)/.installed
 	$(PY) manage.py seed_demo_data --reset --projects $(DEMO_PROJECTS) --objects-per-project $(DEMO_OBJECTS_PER_PROJECT) && \
 	$(PY) manage.py purge_delisted --dry-run && \
 	$(PY) manage.py purge_delisted
+
+# Stops the embedded PostgreSQL (pgserver) that demo or test started when 127.0.0.1:5432 did not answer, and
+# deletes its data directory .pgserver/; says so when there is none.
+demo-stop: $(VENV)/.installed
+	$(PY) scripts/database_url.py --stop
 
 test: $(VENV)/.installed
 	scripts/install_test_tools.sh
