@@ -3,6 +3,7 @@
 import json
 import os
 import time
+import urllib.request
 from io import StringIO
 
 import psycopg
@@ -11,6 +12,7 @@ from django.core.management import call_command
 from django.db import DatabaseError, connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
+from prometheus_client.parser import text_string_to_metric_families
 
 from catalog.models import CardStatus
 from retention.locks import advisory_lock_key
@@ -28,7 +30,7 @@ from retention.metrics import (
     RUNS,
 )
 from retention.service import LOCK_NAME
-from tests.conftest import database_url_of_tests, purge
+from tests.conftest import database_url_of_tests, purge, run_manage
 from tests.factories import (
     BuildingDisplayOverrideFactory,
     ProjectCardFactory,
@@ -141,6 +143,42 @@ def test_a_run_skipped_on_a_busy_lock_counts_contention_and_is_no_success(settin
     assert pushed.value(LOCK_CONTENTION) == 1
     assert pushed.value(LAST_SUCCESS) is None
     assert pushed.value(f"{RUN_DURATION}_count") == 0
+
+
+def value_in_group(gateway: str, name: str, **labels: str) -> float | None:
+    with urllib.request.urlopen(f"{gateway}/metrics", timeout=5) as response:
+        families = text_string_to_metric_families(response.read().decode())
+    samples = (sample for family in families for sample in family.samples)
+    return next(
+        (sample.value for sample in samples if sample.name == name and labels.items() <= sample.labels.items()), None
+    )
+
+
+def test_two_environments_sharing_a_pushgateway_keep_their_own_series(settings, pushgateway):
+    settings.PROMETHEUS_PUSHGATEWAY_URL = pushgateway
+    staging, production = "staging", "db.example.com:5432/catalog"  # the default's form: a "/" in the value
+    settings.PROMETHEUS_PUSHGATEWAY_INSTANCE = staging
+    catalog_with_overdue_cards()
+    purge()
+    settings.PROMETHEUS_PUSHGATEWAY_INSTANCE = production
+
+    purge()
+    purge()
+
+    assert value_in_group(pushgateway, RUNS, instance=staging, outcome="completed") == 1
+    assert value_in_group(pushgateway, DELETED_PROPERTY_OBJECT_CARDS, instance=staging) == 3
+    assert value_in_group(pushgateway, RUNS, instance=production, outcome="completed") == 2
+    assert value_in_group(pushgateway, DELETED_PROPERTY_OBJECT_CARDS, instance=production) == 0
+
+
+def test_the_default_pushgateway_instance_is_the_database():
+    shown = run_manage(
+        "shell", "--verbosity", "0", "-c",
+        "from django.conf import settings; print(settings.PROMETHEUS_PUSHGATEWAY_INSTANCE)",
+        DATABASE_URL="postgres://catalog@db-eu.example.com:6432/catalog_eu",
+    )
+
+    assert shown.stdout.strip() == "db-eu.example.com:6432/catalog_eu", shown.stderr
 
 
 def test_a_dead_pushgateway_does_not_fail_the_purge(settings, textfile, caplog):
