@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Debian tools the test suite runs for real: a Pushgateway and promtool. Idempotent: installs only what is missing
-# and refreshes the package index only then. Needs root and apt-get (CI has both); without them it says so, and
-# the tests that need a missing tool skip with that reason.
+# Debian tools the test suite runs for real: a Pushgateway, promtool and systemd-analyze. Idempotent: installs only
+# what is missing and refreshes the package index only then. Needs root and apt-get (CI has both); without them it
+# says so, and the tests that need a missing tool skip with that reason.
 set -euo pipefail
 
-declare -A PACKAGE_OF_TOOL=([prometheus-pushgateway]=prometheus-pushgateway [promtool]=prometheus)
+declare -A PACKAGE_OF_TOOL=(
+    [prometheus-pushgateway]=prometheus-pushgateway [promtool]=prometheus [systemd-analyze]=systemd
+)
 
 missing=()
 for tool in "${!PACKAGE_OF_TOOL[@]}"; do

@@ -12,6 +12,9 @@ from tests.conftest import PROJECT_ROOT, installed_tool
 
 PROMETHEUS = PROJECT_ROOT / "deploy" / "prometheus"
 RULES = PROMETHEUS / "catalog-delisted-retention.rules.yml"
+RUNBOOKS = PROJECT_ROOT / "docs" / "runbooks"
+# The one configurable base of the runbook links: an external label of the Prometheus evaluating the rules.
+RUNBOOK_BASE = "{{ $externalLabels.runbook_base_url }}/"
 DASHBOARD = PROJECT_ROOT / "deploy" / "grafana" / "catalog-delisted-retention.dashboard.json"
 EXPORTED = set(HELP) | {f"{RUN_DURATION}_{suffix}" for suffix in ("bucket", "sum", "count")}
 
@@ -26,8 +29,12 @@ def dashboard_expressions() -> list[str]:
     return [target["expr"] for panel in panels for target in panel["targets"]]
 
 
+def rules() -> list[dict]:
+    return [rule for group in yaml.safe_load(RULES.read_text())["groups"] for rule in group["rules"]]
+
+
 def rule_expressions() -> list[str]:
-    return [rule["expr"] for group in yaml.safe_load(RULES.read_text())["groups"] for rule in group["rules"]]
+    return [rule["expr"] for rule in rules()]
 
 
 def test_promtool_check_rules_passes():
@@ -44,6 +51,14 @@ def test_promtool_unit_tests_fire_each_alert_when_due_and_not_before():
     test_file = (PROMETHEUS / "catalog-delisted-retention.rules.test.yml").read_text()
     for rule in yaml.safe_load(RULES.read_text())["groups"][0]["rules"]:
         assert f"alertname: {rule['alert']}" in test_file
+
+
+@pytest.mark.parametrize("rule", rules(), ids=lambda rule: rule["alert"])
+def test_each_alert_links_its_runbook_on_the_configured_base(rule):
+    runbook_url = rule["annotations"]["runbook_url"]
+
+    assert runbook_url.startswith(RUNBOOK_BASE)
+    assert (RUNBOOKS / runbook_url.removeprefix(RUNBOOK_BASE)).is_file()
 
 
 def test_dashboard_has_the_delisted_size_panel():
