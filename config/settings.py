@@ -80,6 +80,7 @@ INSTALLED_APPS = [
     "django.contrib.contenttypes",
     "django.contrib.sessions",
     "django.contrib.messages",
+    "whitenoise.runserver_nostatic",  # runserver leaves static files to WhiteNoise too, as in production
     "django.contrib.staticfiles",
     "django_prometheus",
     "catalog",
@@ -89,6 +90,7 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "django_prometheus.middleware.PrometheusBeforeMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -129,7 +131,13 @@ USE_I18N = True
 USE_TZ = True
 
 STATIC_URL = "static/"
-STATIC_ROOT = BASE_DIR / "staticfiles"
+
+# Static files (the admin's CSS and JS) served by the app itself through WhiteNoise, under gunicorn, uwsgi and
+# runserver alike, with no front server. Production serves STATIC_ROOT, filled at deploy by
+# `manage.py collectstatic --noinput`; development serves straight from the apps and has no STATIC_ROOT (WhiteNoise
+# would warn about a missing one at every start).
+STATIC_ROOT = BASE_DIR / "staticfiles" if PRODUCTION else None
+WHITENOISE_USE_FINDERS = not PRODUCTION
 
 if PRODUCTION:
     SECURE_SSL_REDIRECT = env_bool("DJANGO_SECURE_SSL_REDIRECT", True)
