@@ -139,6 +139,10 @@ STATIC_URL = "static/"
 STATIC_ROOT = BASE_DIR / "staticfiles" if PRODUCTION else None
 WHITENOISE_USE_FINDERS = not PRODUCTION
 
+# /metrics (config/metrics_auth.py): with a token, only scrapes sending `Authorization: Bearer <token>`; without
+# one, open in development and closed in production.
+METRICS_BEARER_TOKEN = env.str("METRICS_BEARER_TOKEN", default="").strip()
+
 if PRODUCTION:
     SECURE_SSL_REDIRECT = env_bool("DJANGO_SECURE_SSL_REDIRECT", True)
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
