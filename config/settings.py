@@ -175,14 +175,11 @@ PROMETHEUS_PUSHGATEWAY_URL = env.str("PROMETHEUS_PUSHGATEWAY_URL", default="").s
 DELISTED_RETENTION_METRICS_TEXTFILE = env.str("DELISTED_RETENTION_METRICS_TEXTFILE", default="").strip()
 
 # Pushgateway grouping key: the `instance` label of the job's group, so that environments (and catalogs) sharing
-# one gateway do not overwrite each other's series. Default: the default database as host:port/name, which differs
-# between environments without anyone setting it.
-PROMETHEUS_PUSHGATEWAY_INSTANCE = env.str(
-    "PROMETHEUS_PUSHGATEWAY_INSTANCE",
-    default="{}:{}/{}".format(
-        DATABASES["default"]["HOST"] or "localhost", DATABASES["default"]["PORT"] or 5432, DATABASES["default"]["NAME"]
-    ),
-).strip()
+# one gateway do not overwrite each other's series. Unset or empty: the default database as host:port/name, which
+# differs between environments without anyone setting it.
+PROMETHEUS_PUSHGATEWAY_INSTANCE = env.str("PROMETHEUS_PUSHGATEWAY_INSTANCE", default="").strip() or "{}:{}/{}".format(
+    DATABASES["default"]["HOST"] or "localhost", DATABASES["default"]["PORT"] or 5432, DATABASES["default"]["NAME"]
+)
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 LOG_LEVEL = env.str("LOG_LEVEL", default="INFO").strip().upper()

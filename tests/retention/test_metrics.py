@@ -171,11 +171,12 @@ def test_two_environments_sharing_a_pushgateway_keep_their_own_series(settings, 
     assert value_in_group(pushgateway, DELETED_PROPERTY_OBJECT_CARDS, instance=production) == 0
 
 
-def test_the_default_pushgateway_instance_is_the_database():
+@pytest.mark.parametrize("unset", [{}, {"PROMETHEUS_PUSHGATEWAY_INSTANCE": ""}], ids=["unset", "empty"])
+def test_the_default_pushgateway_instance_is_the_database(unset):
     shown = run_manage(
         "shell", "--verbosity", "0", "-c",
         "from django.conf import settings; print(settings.PROMETHEUS_PUSHGATEWAY_INSTANCE)",
-        DATABASE_URL="postgres://catalog@db-eu.example.com:6432/catalog_eu",
+        DATABASE_URL="postgres://catalog@db-eu.example.com:6432/catalog_eu", **unset,
     )
 
     assert shown.stdout.strip() == "db-eu.example.com:6432/catalog_eu", shown.stderr
