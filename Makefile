@@ -23,7 +23,7 @@ BENCH_PEER_ROUNDS ?= 2
 BENCH_ADMIN_CARDS ?= 1000000
 BENCH_ADMIN_BACKLOG ?= 200000
 
-.PHONY: demo test migrate bench
+.PHONY: demo demo-stop test migrate bench
 
 $(VENV)/.installed: requirements.txt
 	python3 -m venv $(VENV)
@@ -43,6 +43,11 @@ demo: $(VENV)/.installed
 	$(PY) manage.py seed_demo_data --reset --projects $(DEMO_PROJECTS) --objects-per-project $(DEMO_OBJECTS_PER_PROJECT) && \
 	$(PY) manage.py purge_delisted --dry-run && \
 	$(PY) manage.py purge_delisted
+
+# Stops the embedded PostgreSQL (pgserver) that demo or test started when 127.0.0.1:5432 did not answer, and
+# deletes its data directory .pgserver/; says so when there is none.
+demo-stop: $(VENV)/.installed
+	$(PY) scripts/database_url.py --stop
 
 test: $(VENV)/.installed
 	scripts/install_test_tools.sh

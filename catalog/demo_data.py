@@ -10,6 +10,11 @@ leave those alone). The rows look as the source-event consumers would have left 
 
 Ids come from gen_random_uuid(), which `setseed()` does not drive: the same seed on an emptied catalog gives the
 same mix (the same counts), with fresh ids, and seeding without a reset adds to what is there.
+
+Demo data must never land in, and a reset must never empty, a real catalog. Nothing is seeded with
+APP_ENV=production. A reset empties the catalog only when it is empty already or is a demo catalog: one whose
+seeding began on an empty catalog, which marks it with a comment on schema `catalog` (`\\dn+ catalog` in psql
+shows it). Cards added to a real catalog without a reset leave it unmarked.
 """
 
 import logging
@@ -23,6 +28,24 @@ from django.db import connection, transaction
 from catalog.models import CardStatus
 
 logger = logging.getLogger(__name__)
+
+DEMO_CATALOG_MARK = "Demo catalog made by manage.py seed_demo_data: --reset may empty it."
+IS_DEMO_CATALOG = "SELECT obj_description('catalog'::regnamespace, 'pg_namespace') = %s"
+MARK_DEMO_CATALOG = "COMMENT ON SCHEMA catalog IS %s"
+HOLDS_CATALOG_DATA = """
+SELECT EXISTS (SELECT FROM catalog.project_cards) OR EXISTS (SELECT FROM catalog.property_object_cards)
+    OR EXISTS (SELECT FROM catalog.property_object_display_overrides)
+    OR EXISTS (SELECT FROM catalog.building_display_overrides) OR EXISTS (SELECT FROM catalog.ranking_rules)
+"""
+
+REFUSED_IN_PRODUCTION = (
+    "refusing to seed demo data with APP_ENV=production: demo cards never go into a production catalog; "
+    "run it against a development database (APP_ENV=development)"
+)
+REFUSED_RESET_OF_REAL_CATALOG = (
+    "refusing to --reset database {database}: its catalog holds data that seed_demo_data did not make; "
+    "point DATABASE_URL at an empty database (it becomes a demo catalog), or seed without --reset"
+)
 
 TRUNCATE_CATALOG = """
 TRUNCATE catalog.project_cards, catalog.property_object_cards, catalog.property_object_display_overrides,
@@ -138,6 +161,10 @@ ANALYZE catalog.project_cards, catalog.property_object_cards, catalog.property_o
 """
 
 
+class DemoDataRefused(Exception):
+    """Seeding was refused before anything changed: production, or a reset of a catalog that is not a demo."""
+
+
 @dataclass(frozen=True)
 class DemoDataSummary:
     """What one seeding added. Overdue cards are Delisted longer than the retention period: what purge_delisted
@@ -156,11 +183,19 @@ class DemoDataSummary:
 
 def seed_demo_data(*, projects: int, objects_per_project: int, reset: bool, seed: int | None) -> DemoDataSummary:
     """Add `projects` project cards with `objects_per_project` property objects each, their overrides and ranking
-    rules, in one transaction; with `reset`, empty the catalog first."""
+    rules, in one transaction; with `reset`, empty the catalog first. Raises DemoDataRefused in production, and
+    for a reset of a catalog that holds data and is not a demo catalog."""
+    if settings.PRODUCTION:
+        raise DemoDataRefused(REFUSED_IN_PRODUCTION)
     retention = timedelta(days=settings.DELISTED_RETENTION_PERIOD_DAYS)
-    logger.info("seeding %d projects with %d property objects each", projects, objects_per_project)
     started = time.monotonic()
     with transaction.atomic(), connection.cursor() as cursor:
+        real_catalog = not is_demo_catalog(cursor) and holds_catalog_data(cursor)
+        if real_catalog and reset:
+            raise DemoDataRefused(REFUSED_RESET_OF_REAL_CATALOG.format(database=connection.settings_dict["NAME"]))
+        if not real_catalog:
+            cursor.execute(MARK_DEMO_CATALOG, [DEMO_CATALOG_MARK])
+        logger.info("seeding %d projects with %d property objects each", projects, objects_per_project)
         if reset:
             cursor.execute(TRUNCATE_CATALOG)
             logger.info("emptied the catalog")
@@ -208,6 +243,16 @@ def seed_demo_data(*, projects: int, objects_per_project: int, reset: bool, seed
         building_display_overrides=building_display_overrides,
         ranking_rules=ranking_rules,
     )
+
+
+def is_demo_catalog(cursor) -> bool:
+    cursor.execute(IS_DEMO_CATALOG, [DEMO_CATALOG_MARK])
+    return bool(cursor.fetchone()[0])
+
+
+def holds_catalog_data(cursor) -> bool:
+    cursor.execute(HOLDS_CATALOG_DATA)
+    return cursor.fetchone()[0]
 
 
 def execute_step(cursor, description: str, statement: str, params: dict | None = None) -> int:

@@ -82,6 +82,7 @@ INSTALLED_APPS = [
     "django.contrib.contenttypes",
     "django.contrib.sessions",
     "django.contrib.messages",
+    "whitenoise.runserver_nostatic",  # runserver leaves static files to WhiteNoise too, as in production
     "django.contrib.staticfiles",
     "django_prometheus",
     "catalog",
@@ -91,6 +92,7 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "django_prometheus.middleware.PrometheusBeforeMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -135,7 +137,17 @@ USE_I18N = True
 USE_TZ = True
 
 STATIC_URL = "static/"
-STATIC_ROOT = BASE_DIR / "staticfiles"
+
+# Static files (the admin's CSS and JS) served by the app itself through WhiteNoise, under gunicorn, uwsgi and
+# runserver alike, with no front server. Production serves STATIC_ROOT, filled at deploy by
+# `manage.py collectstatic --noinput`; development serves straight from the apps and has no STATIC_ROOT (WhiteNoise
+# would warn about a missing one at every start).
+STATIC_ROOT = BASE_DIR / "staticfiles" if PRODUCTION else None
+WHITENOISE_USE_FINDERS = not PRODUCTION
+
+# /metrics (config/metrics_auth.py): with a token, only scrapes sending `Authorization: Bearer <token>`; without
+# one, open in development and closed in production.
+METRICS_BEARER_TOKEN = env.str("METRICS_BEARER_TOKEN", default="").strip()
 
 if PRODUCTION:
     SECURE_SSL_REDIRECT = env_bool("DJANGO_SECURE_SSL_REDIRECT", True)
@@ -174,6 +186,13 @@ if DELISTED_RETENTION_LOCK_DATABASE not in DATABASES:
 # Metrics of a run, each way switched on by its variable (see retention/metrics.py); empty: off.
 PROMETHEUS_PUSHGATEWAY_URL = env.str("PROMETHEUS_PUSHGATEWAY_URL", default="").strip()
 DELISTED_RETENTION_METRICS_TEXTFILE = env.str("DELISTED_RETENTION_METRICS_TEXTFILE", default="").strip()
+
+# Pushgateway grouping key: the `instance` label of the job's group, so that environments (and catalogs) sharing
+# one gateway do not overwrite each other's series. Unset or empty: the default database as host:port/name, which
+# differs between environments without anyone setting it.
+PROMETHEUS_PUSHGATEWAY_INSTANCE = env.str("PROMETHEUS_PUSHGATEWAY_INSTANCE", default="").strip() or "{}:{}/{}".format(
+    DATABASES["default"]["HOST"] or "localhost", DATABASES["default"]["PORT"] or 5432, DATABASES["default"]["NAME"]
+)
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 LOG_LEVEL = env.str("LOG_LEVEL", default="INFO").strip().upper()

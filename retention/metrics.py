@@ -136,13 +136,14 @@ class JobMetrics(Collector):
     last_run: tuple[str, float] | None = None  # (outcome, when it ended)
 
     @classmethod
-    def parse(cls, exposition: str, *, job: str | None = None) -> "JobMetrics":
-        """Read back an exposition; with `job`, only samples carrying that job label (a Pushgateway's page)."""
+    def parse(cls, exposition: str, *, group: dict[str, str] | None = None) -> "JobMetrics":
+        """Read back an exposition; with `group`, only samples carrying all its labels (one group of a
+        Pushgateway's page)."""
         metrics = cls()
         for family in text_string_to_metric_families(exposition):
             for sample in family.samples:
                 labels = dict(sample.labels)
-                if job is not None and labels.get("job") != job:
+                if group is not None and any(labels.get(name) != value for name, value in group.items()):
                     continue
                 metrics.read_sample(sample.name, labels, sample.value)
         return metrics
@@ -243,18 +244,25 @@ class Textfile:
 
 @dataclass(frozen=True)
 class Pushgateway:
+    """One group of a Pushgateway: job `catalog_delisted_retention` and `instance`, so that environments sharing
+    a gateway each keep their own series (PROMETHEUS_PUSHGATEWAY_INSTANCE)."""
+
     url: str
+    instance: str
 
     def __str__(self) -> str:
-        return f"Pushgateway {self.url}"
+        return f"Pushgateway {self.url} (instance {self.instance})"
 
     def read(self, timeout: float) -> JobMetrics:
         base = self.url if "://" in self.url else f"http://{self.url}"
         with urllib.request.urlopen(f"{base.rstrip('/')}/metrics", timeout=timeout) as response:
-            return JobMetrics.parse(response.read().decode(), job=JOB)
+            return JobMetrics.parse(response.read().decode(), group={"job": JOB, "instance": self.instance})
 
     def write(self, metrics: JobMetrics, timeout: float) -> None:
-        pushadd_to_gateway(self.url, job=JOB, registry=registry_of(metrics), timeout=timeout)
+        pushadd_to_gateway(
+            self.url, job=JOB, grouping_key={"instance": self.instance}, registry=registry_of(metrics),
+            timeout=timeout,
+        )
 
 
 def configured_sinks() -> list[Textfile | Pushgateway]:
@@ -262,7 +270,7 @@ def configured_sinks() -> list[Textfile | Pushgateway]:
     if settings.DELISTED_RETENTION_METRICS_TEXTFILE:
         sinks.append(Textfile(Path(settings.DELISTED_RETENTION_METRICS_TEXTFILE)))
     if settings.PROMETHEUS_PUSHGATEWAY_URL:
-        sinks.append(Pushgateway(settings.PROMETHEUS_PUSHGATEWAY_URL))
+        sinks.append(Pushgateway(settings.PROMETHEUS_PUSHGATEWAY_URL, settings.PROMETHEUS_PUSHGATEWAY_INSTANCE))
     return sinks
 
 

@@ -1,11 +1,17 @@
-"""Print the DATABASE_URL that `make demo` / `make test` should use, creating the database if missing.
+"""Print the DATABASE_URL that `make demo` / `make test` should use, creating the database if missing;
+with --stop, stop the embedded PostgreSQL and delete its data (`make demo-stop`).
 
-Order: $DATABASE_URL if set; else PostgreSQL on 127.0.0.1:5432 if it answers; else a throwaway PostgreSQL
-from the `pgserver` package (installed on demand into the venv; as root it creates a `pgserver` system user).
+Order: $DATABASE_URL if set; else PostgreSQL on 127.0.0.1:5432 if it answers; else an embedded PostgreSQL from the
+`pgserver` package (in requirements.txt), its data directory `.pgserver/` in the checkout, listening on a Unix
+socket in that directory only (no TCP port). It keeps running after the command, so that later commands and
+`make test` reuse it, until `make demo-stop`. Run as root, pgserver runs PostgreSQL as a system user `pgserver`
+that it creates, and opens read and traverse permissions (g+rx, o+rx) on every directory above `.pgserver/`.
 Progress goes to stderr; stdout carries only the URL.
 """
 
+import argparse
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +22,8 @@ from psycopg import sql
 
 DEFAULT_URL = "postgres://postgres@127.0.0.1:5432/catalog"
 PGSERVER_DIR = Path(__file__).resolve().parent.parent / ".pgserver"
+# pgserver's own choice: as root, PostgreSQL (which refuses to run as root) runs as this system user.
+PGSERVER_SYSTEM_USER = "pgserver"
 
 
 def answers(url: str) -> bool:
@@ -41,17 +49,37 @@ def ensure_database(url: str) -> None:
 
 
 def pgserver_url() -> str:
-    print("no PostgreSQL on 127.0.0.1:5432; starting a throwaway one with pgserver", file=sys.stderr)
-    try:
-        import pgserver
-    except ImportError:
-        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "pgserver==0.1.4"], check=True)
-        import pgserver
-    server = pgserver.get_server(PGSERVER_DIR, cleanup_mode=None)
-    return server.get_uri("catalog")
+    import pgserver  # only here: importing it looks up (and may warn about) the user's runtime directory
+
+    print(f"no PostgreSQL on 127.0.0.1:5432; using an embedded one (pgserver) in {PGSERVER_DIR}", file=sys.stderr)
+    # cleanup_mode=None: it outlives this process, for the make steps after this one; `make demo-stop` ends it.
+    url = pgserver.get_server(PGSERVER_DIR, cleanup_mode=None).get_uri("catalog")
+    print(f"embedded PostgreSQL: DATABASE_URL={url} (stop it and delete its data: make demo-stop)", file=sys.stderr)
+    return url
+
+
+def stop_pgserver() -> None:
+    if not PGSERVER_DIR.exists():
+        print(f"no embedded PostgreSQL in {PGSERVER_DIR}", file=sys.stderr)
+        return
+    from pgserver._commands import POSTGRES_BIN_PATH
+
+    pg_ctl = [str(POSTGRES_BIN_PATH / "pg_ctl"), "-D", str(PGSERVER_DIR)]
+    user = PGSERVER_SYSTEM_USER if os.geteuid() == 0 else None
+    # Status 0: running (a data directory left by a reboot is not, and is only deleted).
+    if subprocess.run([*pg_ctl, "status"], user=user, capture_output=True).returncode == 0:
+        subprocess.run([*pg_ctl, "-w", "-m", "fast", "stop"], user=user, check=True, capture_output=True, timeout=60)
+        print("stopped the embedded PostgreSQL", file=sys.stderr)
+    shutil.rmtree(PGSERVER_DIR)
+    print(f"deleted {PGSERVER_DIR}", file=sys.stderr)
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--stop", action="store_true", help="stop the embedded PostgreSQL and delete its data")
+    if parser.parse_args().stop:
+        stop_pgserver()
+        return
     url = os.environ.get("DATABASE_URL") or DEFAULT_URL
     if not os.environ.get("DATABASE_URL") and not answers(url):
         url = pgserver_url()

@@ -1,4 +1,5 @@
 import json
+import secrets
 from datetime import timedelta
 from io import StringIO
 
@@ -7,7 +8,13 @@ from django.core.management import CommandError, call_command
 from django.db import connection
 from django.utils import timezone
 
-from catalog.demo_data import seed_demo_data
+from catalog.demo_data import (
+    REFUSED_IN_PRODUCTION,
+    REFUSED_RESET_OF_REAL_CATALOG,
+    DemoDataRefused,
+    is_demo_catalog,
+    seed_demo_data,
+)
 from catalog.management.commands.seed_demo_data import COUNT_MUST_BE_POSITIVE
 from catalog.models import (
     BuildingDisplayOverride,
@@ -17,6 +24,7 @@ from catalog.models import (
     PropertyObjectCard,
     PropertyObjectDisplayOverride,
 )
+from tests.support import database_url_of_tests, run_manage
 from tests.factories import ProjectCardFactory, PropertyObjectCardFactory
 
 pytestmark = pytest.mark.django_db
@@ -95,7 +103,8 @@ def test_the_same_seed_gives_the_same_mix():
     assert seed_demo_data(**SMALL_CATALOG) == seed_demo_data(**SMALL_CATALOG)
 
 
-def test_reset_empties_the_catalog_first():
+def test_reset_empties_a_demo_catalog_first():
+    seed_demo_data(projects=2, objects_per_project=1, reset=False, seed=None)
     old_project = ProjectCardFactory()
     old_object = PropertyObjectCardFactory(project_id=old_project.id)
 
@@ -105,6 +114,99 @@ def test_reset_empties_the_catalog_first():
     assert not PropertyObjectCard.objects.filter(id=old_object.id).exists()
     assert ProjectCard.objects.count() == 3
     assert PropertyObjectCard.objects.count() == 6
+
+
+def with_cursor(function):
+    with connection.cursor() as cursor:
+        return function(cursor)
+
+
+def test_seeding_an_empty_catalog_marks_it_as_a_demo_catalog():
+    assert not with_cursor(is_demo_catalog)
+
+    seed_demo_data(projects=2, objects_per_project=1, reset=True, seed=None)
+
+    assert with_cursor(is_demo_catalog)
+
+
+def test_reset_refuses_a_catalog_the_demo_did_not_make_and_changes_nothing():
+    real_card = ProjectCardFactory()
+
+    with pytest.raises(DemoDataRefused) as refused:
+        seed_demo_data(projects=2, objects_per_project=1, reset=True, seed=None)
+
+    assert str(refused.value) == REFUSED_RESET_OF_REAL_CATALOG.format(database=connection.settings_dict["NAME"])
+    assert list(ProjectCard.objects.values_list("id", flat=True)) == [real_card.id]
+    assert not with_cursor(is_demo_catalog)
+
+
+def test_demo_cards_added_to_a_real_catalog_do_not_make_it_a_demo_catalog():
+    ProjectCardFactory()
+    seed_demo_data(projects=2, objects_per_project=1, reset=False, seed=None)
+
+    with pytest.raises(DemoDataRefused):
+        seed_demo_data(projects=2, objects_per_project=1, reset=True, seed=None)
+
+    assert ProjectCard.objects.count() == 3
+
+
+@pytest.mark.parametrize("reset", [True, False], ids=["reset", "no reset"])
+def test_production_refuses_demo_data_even_on_an_empty_catalog(settings, reset):
+    settings.PRODUCTION = True
+
+    with pytest.raises(DemoDataRefused) as refused:
+        seed_demo_data(projects=2, objects_per_project=1, reset=reset, seed=None)
+
+    assert str(refused.value) == REFUSED_IN_PRODUCTION
+    assert not ProjectCard.objects.exists()
+
+
+@pytest.fixture
+def committed_catalog_unmarked_afterwards(django_db_blocker):
+    """For tests whose manage.py processes commit: the conftest empties the tables, this removes the mark."""
+    yield
+    with django_db_blocker.unblock(), connection.cursor() as cursor:
+        cursor.execute("COMMENT ON SCHEMA catalog IS NULL")
+
+
+DEMO_RESET = ("seed_demo_data", "--reset", "--projects", "3", "--objects-per-project", "2")
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("committed_catalog_unmarked_afterwards")
+def test_make_demo_resets_on_a_fresh_database_and_again_on_a_rerun():
+    assert run_manage(*DEMO_RESET).returncode == 0  # an empty catalog: seeded and marked
+    rerun = run_manage(*DEMO_RESET)  # the catalog it made
+
+    assert rerun.returncode == 0, rerun.stderr
+    assert ProjectCard.objects.count() == 3
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_reset_of_a_real_catalog_fails_in_one_line_and_keeps_the_card():
+    real_card = ProjectCardFactory()
+
+    refused = run_manage(*DEMO_RESET)
+
+    assert refused.returncode == 1
+    assert refused.stdout == ""
+    database = database_url_of_tests().rsplit("/", 1)[1]
+    assert refused.stderr.strip().splitlines() == [
+        f"CommandError: {REFUSED_RESET_OF_REAL_CATALOG.format(database=database)}"
+    ]
+    assert list(ProjectCard.objects.values_list("id", flat=True)) == [real_card.id]
+
+
+@pytest.mark.slow
+def test_the_command_refuses_in_production_in_one_line():
+    refused = run_manage(
+        "seed_demo_data", "--reset", APP_ENV="production", DJANGO_SECRET_KEY=secrets.token_urlsafe(64)
+    )
+
+    assert refused.returncode == 1
+    assert refused.stderr.strip().splitlines() == [f"CommandError: {REFUSED_IN_PRODUCTION}"]
 
 
 def test_without_reset_seeding_adds_to_the_catalog():

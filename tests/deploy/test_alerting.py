@@ -12,6 +12,9 @@ from tests.support import PROJECT_ROOT, installed_tool
 
 PROMETHEUS = PROJECT_ROOT / "deploy" / "prometheus"
 RULES = PROMETHEUS / "catalog-delisted-retention.rules.yml"
+RUNBOOKS = PROJECT_ROOT / "docs" / "runbooks"
+# The one configurable base of the runbook links: an external label of the Prometheus evaluating the rules.
+RUNBOOK_BASE = "{{ $externalLabels.runbook_base_url }}/"
 DASHBOARD = PROJECT_ROOT / "deploy" / "grafana" / "catalog-delisted-retention.dashboard.json"
 EXPORTED = set(HELP) | {f"{RUN_DURATION}_{suffix}" for suffix in ("bucket", "sum", "count")}
 
@@ -49,6 +52,14 @@ def test_promtool_unit_tests_fire_each_alert_when_due_and_not_before():
     for rule in rules():
         tested_as = f"alertname: {rule['alert']}" if "alert" in rule else f"expr: {rule['record']}"
         assert tested_as in test_file
+
+
+@pytest.mark.parametrize("rule", [rule for rule in rules() if "alert" in rule], ids=lambda rule: rule["alert"])
+def test_each_alert_links_its_runbook_on_the_configured_base(rule):
+    runbook_url = rule["annotations"]["runbook_url"]
+
+    assert runbook_url.startswith(RUNBOOK_BASE)
+    assert (RUNBOOKS / runbook_url.removeprefix(RUNBOOK_BASE)).is_file()
 
 
 def test_dashboard_has_the_delisted_size_panel():

@@ -5,6 +5,7 @@ import socket
 import os
 import time
 from datetime import timedelta
+import urllib.request
 from io import StringIO
 
 import psycopg
@@ -13,6 +14,7 @@ from django.core.management import call_command
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
+from prometheus_client.parser import text_string_to_metric_families
 
 from catalog.models import CardStatus
 from retention.locks import advisory_lock_key
@@ -32,7 +34,7 @@ from retention.metrics import (
 )
 from retention.results import Outcome, PurgeFailed
 from retention.service import LOCK_NAME, StopRequest
-from tests.support import database_url_of_tests, deletes_refused, purge
+from tests.support import database_url_of_tests, deletes_refused, purge, run_manage
 from tests.factories import (
     BuildingDisplayOverrideFactory,
     ProjectCardFactory,
@@ -138,6 +140,43 @@ def test_a_run_skipped_on_a_busy_lock_counts_contention_and_is_no_success(settin
     assert pushed.value(LOCK_CONTENTION) == 1
     assert pushed.value(LAST_SUCCESS) is None
     assert pushed.value(f"{RUN_DURATION}_count") == 0
+
+
+def value_in_group(gateway: str, name: str, **labels: str) -> float | None:
+    with urllib.request.urlopen(f"{gateway}/metrics", timeout=5) as response:
+        families = text_string_to_metric_families(response.read().decode())
+    samples = (sample for family in families for sample in family.samples)
+    return next(
+        (sample.value for sample in samples if sample.name == name and labels.items() <= sample.labels.items()), None
+    )
+
+
+def test_two_environments_sharing_a_pushgateway_keep_their_own_series(settings, pushgateway):
+    settings.PROMETHEUS_PUSHGATEWAY_URL = pushgateway
+    staging, production = "staging", "db.example.com:5432/catalog"  # the default's form: a "/" in the value
+    settings.PROMETHEUS_PUSHGATEWAY_INSTANCE = staging
+    catalog_with_overdue_cards()
+    purge()
+    settings.PROMETHEUS_PUSHGATEWAY_INSTANCE = production
+
+    purge()
+    purge()
+
+    assert value_in_group(pushgateway, RUNS, instance=staging, outcome="completed") == 1
+    assert value_in_group(pushgateway, DELETED_PROPERTY_OBJECT_CARDS, instance=staging) == 3
+    assert value_in_group(pushgateway, RUNS, instance=production, outcome="completed") == 2
+    assert value_in_group(pushgateway, DELETED_PROPERTY_OBJECT_CARDS, instance=production) == 0
+
+
+@pytest.mark.parametrize("unset", [{}, {"PROMETHEUS_PUSHGATEWAY_INSTANCE": ""}], ids=["unset", "empty"])
+def test_the_default_pushgateway_instance_is_the_database(unset):
+    shown = run_manage(
+        "shell", "--verbosity", "0", "-c",
+        "from django.conf import settings; print(settings.PROMETHEUS_PUSHGATEWAY_INSTANCE)",
+        DATABASE_URL="postgres://catalog@db-eu.example.com:6432/catalog_eu", **unset,
+    )
+
+    assert shown.stdout.strip() == "db-eu.example.com:6432/catalog_eu", shown.stderr
 
 
 def test_a_dead_pushgateway_does_not_fail_the_purge(settings, textfile, caplog):

@@ -8,7 +8,7 @@ from dataclasses import asdict
 
 from django.core.management.base import BaseCommand, CommandError
 
-from catalog.demo_data import DemoDataSummary, seed_demo_data
+from catalog.demo_data import DemoDataRefused, DemoDataSummary, seed_demo_data
 
 COUNT_MUST_BE_POSITIVE = "--{option} must be a whole number of at least 1, got {value}"
 
@@ -24,7 +24,10 @@ class Command(BaseCommand):
         parser.add_argument(
             "--objects-per-project", type=int, default=50, help="property objects per project (default 50)"
         )
-        parser.add_argument("--reset", action="store_true", help="empty the five catalog tables first")
+        parser.add_argument(
+            "--reset", action="store_true",
+            help="empty the five catalog tables first (only an empty catalog or one this command made)",
+        )
         parser.add_argument("--seed", type=int, help="seed random(): the same seed gives the same mix")
         parser.add_argument("--json", action="store_true", help="print the summary as one JSON object")
 
@@ -34,12 +37,15 @@ class Command(BaseCommand):
                 raise CommandError(
                     COUNT_MUST_BE_POSITIVE.format(option=option.replace("_", "-"), value=options[option])
                 )
-        summary = seed_demo_data(
-            projects=options["projects"],
-            objects_per_project=options["objects_per_project"],
-            reset=options["reset"],
-            seed=options["seed"],
-        )
+        try:
+            summary = seed_demo_data(
+                projects=options["projects"],
+                objects_per_project=options["objects_per_project"],
+                reset=options["reset"],
+                seed=options["seed"],
+            )
+        except DemoDataRefused as refused:
+            raise CommandError(str(refused)) from None
         if options["json"]:
             self.stdout.write(json.dumps(asdict(summary)))
         else:
