@@ -519,8 +519,6 @@ def delete_batch(run: Run, phase: Phase, *, only_ids: list[str] | None) -> Batch
                 return BatchOutcome(selected=0, deleted_cards=0, deleted_overrides=0)
             cursor.execute(phase.delete_batch, {"row_addresses": row_addresses, "cutoff": run.cutoff})
             deleted_cards, deleted_overrides = cursor.fetchone()
-    except StopRun:
-        raise
     except DatabaseError as error:
         ids = parse_array(batch_ids) if batch_ids else []
         if only_ids is None:
