@@ -11,7 +11,6 @@ window with the traffic samples of another process.
 
 import argparse
 import json
-import math
 import os
 import random
 import signal
@@ -28,7 +27,6 @@ UNLIMITED_BATCHES = 1_000_000
 UNLIMITED_DURATION = timedelta(hours=1)
 TRAFFIC_SAMPLE_IDS = 2000
 TRAFFIC_MAX_SECONDS = 300
-ADMIN_DEEP_PAGE = 400
 
 FLOOR_PROPERTY_OBJECTS = """
     WITH batch AS (
@@ -200,10 +198,10 @@ def admin_pages(*, database_url: str, repeats: int) -> dict:
 
     from catalog.models import CardStatus, ProjectCard, PropertyObjectCard
 
-    def deep_page(model) -> int:
-        """Page 400, or the last page where there are fewer."""
-        per_page = admin.site.get_model_admin(model).list_per_page
-        return min(ADMIN_DEEP_PAGE, max(1, math.ceil(model.objects.count() / per_page)))
+    def deepest_page(model) -> int:
+        """The deepest page the list offers: EstimatedCountPaginator.max_pages, or the last where there are fewer."""
+        model_admin = admin.site.get_model_admin(model)
+        return model_admin.get_paginator(None, model.objects.all(), model_admin.list_per_page).num_pages
 
     objects = reverse("admin:catalog_propertyobjectcard_changelist")
     projects = reverse("admin:catalog_projectcard_changelist")
@@ -211,7 +209,7 @@ def admin_pages(*, database_url: str, repeats: int) -> dict:
         PropertyObjectCard.objects.filter(status=CardStatus.DELISTED).order_by("updated_at", "id")
         .values_list("id", flat=True).first()
     )
-    object_page, project_page = deep_page(PropertyObjectCard), deep_page(ProjectCard)
+    object_page, project_page = deepest_page(PropertyObjectCard), deepest_page(ProjectCard)
     pages = [
         ("admin index", reverse("admin:index")),
         ("Delisted retention backlog", reverse("admin:retention_delistedretention_changelist")),

@@ -1,3 +1,4 @@
+import math
 import re
 import uuid
 from datetime import UTC, datetime, timedelta
@@ -8,7 +9,7 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
-from catalog.admin import EstimatedCountPaginator
+from catalog.admin import EstimatedCountPaginator, PropertyObjectCardAdmin
 from catalog.models import CardStatus, ProjectCard, PropertyObjectCard
 from tests.factories import (
     BuildingDisplayOverrideFactory,
@@ -19,6 +20,8 @@ from tests.factories import (
 )
 
 pytestmark = pytest.mark.django_db
+
+PER_PAGE = PropertyObjectCardAdmin.list_per_page
 
 FACTORIES = [
     ProjectCardFactory,
@@ -217,7 +220,9 @@ def test_deep_pages_list_every_card_once_newest_first_with_ties_broken_by_id(sta
     )
     url = admin_url(PropertyObjectCard, "changelist")
 
-    listed = [card.pk for page in (1, 2, 3) for card in staff_client.get(url, {"p": page}).context["cl"].result_list]
+    pages = range(1, math.ceil(210 / PER_PAGE) + 1)
+
+    listed = [card.pk for page in pages for card in staff_client.get(url, {"p": page}).context["cl"].result_list]
 
     assert listed == list(PropertyObjectCard.objects.order_by("-updated_at", "-id").values_list("pk", flat=True))
 
@@ -232,3 +237,32 @@ def test_a_delisted_cards_page_says_when_it_becomes_deletable(staff_client, sett
 
     assert re.search(r"Deletable after:</label>\s*<div class=\"readonly\">2026-02-09 12:00:00 UTC \(", delisted_page)
     assert "Deletable after" not in published_page
+
+
+def test_the_list_goes_max_pages_deep_and_a_deeper_page_shows_the_deepest_with_the_way_to_the_rest(
+    staff_client, monkeypatch
+):
+    monkeypatch.setattr(EstimatedCountPaginator, "max_pages", 2)
+    cards = 2 * PER_PAGE + 10
+    PropertyObjectCard.objects.bulk_create(PropertyObjectCardFactory.build_batch(cards, project_id=uuid.uuid4()))
+    url = admin_url(PropertyObjectCard, "changelist")
+    newest_first = list(PropertyObjectCard.objects.order_by("-updated_at", "-id").values_list("pk", flat=True))
+
+    deepest = staff_client.get(url, {"p": 2})
+    past_it = staff_client.get(url, {"p": 3})
+
+    assert past_it.status_code == 200
+    listed = [card.pk for card in past_it.context["cl"].result_list]
+    assert listed == [card.pk for card in deepest.context["cl"].result_list] == newest_first[PER_PAGE : 2 * PER_PAGE]
+    assert past_it.context["cl"].paginator.num_pages == 2
+    page = past_it.content.decode()
+    assert re.search(rf"{cards} property object cards\s+· the list goes 2 pages deep: sort the other way, filter or", page)
+    assert "?p=3" not in page  # no link past the deepest page
+
+
+def test_a_list_within_max_pages_says_nothing_of_depth(staff_client):
+    PropertyObjectCard.objects.bulk_create(PropertyObjectCardFactory.build_batch(PER_PAGE + 1, project_id=uuid.uuid4()))
+
+    page = staff_client.get(admin_url(PropertyObjectCard, "changelist")).content.decode()
+
+    assert f"{PER_PAGE + 1} property object cards" in page and "pages deep" not in page
