@@ -14,7 +14,12 @@ from django.template.response import TemplateResponse
 from django.urls import path
 
 from catalog.admin import ReadOnlyAdmin
-from retention.backlog import compute_cutoff, count_held_back_projects, measure_backlog, preview_run
+from retention.backlog import (
+    compute_cutoff,
+    count_projects_held_back_after_overdue_objects,
+    measure_backlog,
+    preview_run,
+)
 from retention.limits import PurgeLimits, PurgeLimitsError, settings_rows
 from retention.metrics import (
     BATCHES_PROCESSED,
@@ -109,7 +114,7 @@ def backlog_report(*, using: str = "default") -> dict:
         return {"limit_rows": limit_rows, "settings_error": str(error)}
     cutoff = compute_cutoff(limits.retention, None, using)
     backlog = measure_backlog(cutoff=cutoff, using=using)
-    held_back = count_held_back_projects(cutoff=cutoff, using=using)
+    held_back_after_overdue_objects = count_projects_held_back_after_overdue_objects(cutoff=cutoff, using=using)
     cards_per_run = limits.batch_size * limits.max_batches
     return {
         "limit_rows": limit_rows,
@@ -118,12 +123,13 @@ def backlog_report(*, using: str = "default") -> dict:
             "property_objects": days(backlog.property_objects.overdue_age(cutoff)),
             "projects": days(backlog.projects.overdue_age(cutoff)),
         },
-        "projects_held_back": held_back.now,
-        "held_back": held_back,
+        "projects_held_back": backlog.projects.held_back,
+        "held_back_after_overdue_objects": held_back_after_overdue_objects,
         "cards_per_run": cards_per_run,
         "nightly_runs_needed": math.ceil(backlog.overdue_cards / cards_per_run),
         "preview": preview_run(
-            backlog=backlog, held_back=held_back, batch_size=limits.batch_size, max_batches=limits.max_batches
+            backlog=backlog, held_back_after_overdue_objects=held_back_after_overdue_objects,
+            batch_size=limits.batch_size, max_batches=limits.max_batches,
         ),
     }
 

@@ -5,20 +5,21 @@ Read-only and cheap whatever the table sizes: one statement, aggregates over the
 `(updated_at, id) WHERE status = 'Delisted'`. A run counts it twice (start and end) and shares each count between
 its result, its metrics and the progress bar; the web `/metrics` collector and the admin page use it too.
 
-The admin page adds one count of the overdue projects held back by their property objects, and previews the next
-run by arithmetic on these counts (preview_run) instead of running the job's dry run on every load.
+The admin page adds one count (the projects still held back once the overdue property objects are gone) and
+previews the next run by arithmetic on these counts (preview_run) instead of running the job's dry run on every
+load; the dry run (retention.service.preview_purge) runs the same arithmetic, simulate_batches, on exact counts.
 """
 
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-import math
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.db import connections
-from django.db.models import Count, Exists, OuterRef, Q
+from django.db.models import Exists, OuterRef, Q
 
 from catalog.models import CardStatus, ProjectCard, PropertyObjectCard
+from retention.results import StopReason
 
 MEASURE_BACKLOG = """
 WITH objects AS (
@@ -93,43 +94,38 @@ def measure_backlog(
     )
 
 
-@dataclass(frozen=True)
-class HeldBackProjects:
-    """Overdue projects the job may not delete yet, because property-object cards of theirs remain."""
-
-    now: int  # with any property-object card left
-    after_overdue_objects: int  # with a card that is not overdue: still held back once phase A has run dry
-
-
-def count_held_back_projects(*, cutoff: datetime, using: str = "default") -> HeldBackProjects:
-    """One aggregate over the overdue projects (the partial index), each probing its objects by project_id."""
-    objects_of_project = PropertyObjectCard.objects.filter(project_id=OuterRef("id"))
+def count_projects_held_back_after_overdue_objects(*, cutoff: datetime, using: str = "default") -> int:
+    """The overdue projects with a property-object card that is not overdue: still held back once a run has
+    deleted every overdue property object. One aggregate over the overdue projects (the partial index), each probing
+    its objects by project_id."""
     not_overdue = ~Q(status=CardStatus.DELISTED, updated_at__lt=cutoff)
-    counts = (
+    objects_not_overdue = PropertyObjectCard.objects.filter(not_overdue, project_id=OuterRef("id"))
+    return (
         ProjectCard.objects.using(using)
-        .filter(status=CardStatus.DELISTED, updated_at__lt=cutoff)
-        .aggregate(
-            now=Count("id", filter=Exists(objects_of_project)),
-            after_overdue_objects=Count("id", filter=Exists(objects_of_project.filter(not_overdue))),
-        )
+        .filter(Exists(objects_not_overdue), status=CardStatus.DELISTED, updated_at__lt=cutoff)
+        .count()
     )
-    return HeldBackProjects(**counts)
 
 
-@dataclass(frozen=True)
-class PhasePlan:
-    deleted: int
-    batches: int
-    runs_dry: bool  # a batch comes back short: the phase is done within the run's batches
-
-
-def plan_phase(cards: int, *, batch_size: int, batches_left: int) -> PhasePlan:
-    """A phase of retention.service.run_phases: full batches until one comes back short, each batch checked
-    against max_batches before it runs. The short batch may be empty: it then ends the phase uncounted, but only
-    if a batch was still allowed."""
-    capacity = batch_size * batches_left
-    deleted = min(cards, capacity)
-    return PhasePlan(deleted=deleted, batches=math.ceil(deleted / batch_size), runs_dry=cards < capacity)
+def simulate_batches(
+    available: tuple[int, ...], batch_size: int, max_batches: int
+) -> tuple[list[int], int, StopReason]:
+    """The job's loop (retention.service.run_phases) on counts: how many rows each card phase takes, how many
+    batches, why it stops. A batch is counted when it selects something; a phase ends on a short batch; max_batches
+    is checked before every batch, the first selection of the orphan-override phases included."""
+    batches = 0
+    taken = [0] * len(available)
+    for phase, count in enumerate(available):
+        while True:
+            if batches >= max_batches:
+                return taken, batches, StopReason.MAX_BATCHES
+            take = min(batch_size, count - taken[phase])
+            if take:
+                batches += 1
+                taken[phase] += take
+            if take < batch_size:
+                break
+    return taken, batches, StopReason.MAX_BATCHES if batches >= max_batches else StopReason.COMPLETED
 
 
 @dataclass(frozen=True)
@@ -148,24 +144,20 @@ class RunPreview:
 
 
 def preview_run(
-    *, backlog: Backlog, held_back: HeldBackProjects, batch_size: int, max_batches: int
+    *, backlog: Backlog, held_back_after_overdue_objects: int, batch_size: int, max_batches: int
 ) -> RunPreview:
-    """The run's loop as arithmetic: phase A takes the overdue property objects; phase B runs only if phase A ran
-    dry within max_batches, and by then every overdue project not held back by a card that is not overdue is
-    purgeable. has_more, as the run reports it: cards it could delete are left for the next run (the projects
-    among them are purgeable once no overdue property object is left)."""
-    objects = plan_phase(backlog.property_objects.overdue, batch_size=batch_size, batches_left=max_batches)
-    purgeable_projects = backlog.projects.overdue - held_back.after_overdue_objects
-    objects_left = backlog.property_objects.overdue - objects.deleted
-    if objects.runs_dry:
-        projects = plan_phase(purgeable_projects, batch_size=batch_size, batches_left=max_batches - objects.batches)
-    else:
-        projects = PhasePlan(deleted=0, batches=0, runs_dry=False)
+    """The run's loop as arithmetic: the projects phase runs only once the property objects ran dry within
+    max_batches, and by then every overdue project not held back by a card that is not overdue is purgeable.
+    has_more, as the run reports it: cards it could delete are left for the next run."""
+    overdue_objects = backlog.property_objects.overdue
+    purgeable_projects = backlog.projects.overdue - held_back_after_overdue_objects
+    (objects, projects), batches, _ = simulate_batches((overdue_objects, purgeable_projects), batch_size, max_batches)
+    all_objects_deleted = objects == overdue_objects
     return RunPreview(
-        deleted_property_object_cards=objects.deleted,
-        deleted_project_cards=projects.deleted,
-        batches_processed=objects.batches + projects.batches,
-        has_more=objects_left > 0 or purgeable_projects > projects.deleted,
-        projects_held_back=held_back.after_overdue_objects if objects_left == 0 else held_back.now,
-        projects_held_back_exact=objects_left == 0,
+        deleted_property_object_cards=objects,
+        deleted_project_cards=projects,
+        batches_processed=batches,
+        has_more=objects < overdue_objects or projects < purgeable_projects,
+        projects_held_back=held_back_after_overdue_objects if all_objects_deleted else backlog.projects.held_back,
+        projects_held_back_exact=all_objects_deleted,
     )

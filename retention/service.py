@@ -44,7 +44,7 @@ from django.conf import settings
 from django.db import DatabaseError, OperationalError, connections, transaction
 
 from config.logging import RunLog
-from retention.backlog import Backlog, compute_cutoff, measure_backlog
+from retention.backlog import Backlog, compute_cutoff, measure_backlog, simulate_batches
 from retention.limits import PurgeLimits
 from retention.locks import SESSION_MARKER, LockSession, PooledSessionError, advisory_lock
 from retention.metrics import RunMetrics
@@ -658,9 +658,9 @@ SELECT (SELECT count(*) FROM catalog.property_object_display_overrides
 
 def preview_purge(run: Run, now: datetime | None) -> PurgeResult:
     """Dry run: what a run with these limits would delete now (max_duration and orphan overrides aside), reading
-    without locks. It follows the real loop's arithmetic (simulate_batches): property objects take up to max_batches
-    batches; projects get the batches left over only once the objects ran dry, and then every project whose objects
-    were all overdue has become purgeable."""
+    without locks. It follows the real loop's arithmetic (backlog.simulate_batches): property objects take up to
+    max_batches batches; projects get the batches left over only once the objects ran dry, and then every project
+    whose objects were all overdue has become purgeable."""
     limits = run.limits
     run.cutoff = compute_cutoff(limits.retention, now, run.using, transaction=run.transaction)
     backlog = measure_backlog(cutoff=run.cutoff, transaction=run.transaction)
@@ -692,22 +692,3 @@ def preview_purge(run: Run, now: datetime | None) -> PurgeResult:
         duration_seconds=round(time.monotonic() - run.started, 3),
         dry_run=True,
     )
-
-
-def simulate_batches(available: tuple[int, ...], batch_size: int, max_batches: int) -> tuple[list[int], int, StopReason]:
-    """The real loop on counts: how many rows each card phase takes, how many batches, why it stops. A batch is
-    counted when it selects something; a phase ends on a short batch; max_batches is checked before every batch,
-    the first selection of the orphan-override phases included."""
-    batches = 0
-    taken = [0] * len(available)
-    for phase, count in enumerate(available):
-        while True:
-            if batches >= max_batches:
-                return taken, batches, StopReason.MAX_BATCHES
-            take = min(batch_size, count - taken[phase])
-            if take:
-                batches += 1
-                taken[phase] += take
-            if take < batch_size:
-                break
-    return taken, batches, StopReason.MAX_BATCHES if batches >= max_batches else StopReason.COMPLETED

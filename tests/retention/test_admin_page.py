@@ -96,8 +96,8 @@ def test_the_held_back_wording_names_the_projects_that_stay_held_back(plain_staf
 
     response = plain_staff_client.get(PAGE)
 
-    held_back = response.context["held_back"]
-    assert (held_back.now, held_back.after_overdue_objects) == (2, 1)
+    context = response.context
+    assert (context["projects_held_back"], context["held_back_after_overdue_objects"]) == (2, 1)
     wording = " ".join(re.search(r'<p id="held-back">(.*?)</p>', response.content.decode(), re.S)[1].split())
     assert "2 overdue projects still have property-object cards. Of them, 1 has a card that is not overdue" in wording
     assert "and stays held back even once the overdue property objects are gone" in wording

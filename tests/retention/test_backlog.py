@@ -5,7 +5,12 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from catalog.models import CardStatus
-from retention.backlog import compute_cutoff, count_held_back_projects, measure_backlog, preview_run
+from retention.backlog import (
+    compute_cutoff,
+    count_projects_held_back_after_overdue_objects,
+    measure_backlog,
+    preview_run,
+)
 from tests.support import purge
 from tests.factories import ProjectCardFactory, PropertyObjectCardFactory
 
@@ -45,10 +50,10 @@ def test_the_counts_of_the_catalog():
     catalog()
 
     backlog = measure_backlog(cutoff=CUTOFF)
-    held_back = count_held_back_projects(cutoff=CUTOFF)
+    held_back_after_overdue_objects = count_projects_held_back_after_overdue_objects(cutoff=CUTOFF)
 
     assert (backlog.property_objects.overdue, backlog.projects.overdue) == (9, 6)
-    assert (held_back.now, held_back.after_overdue_objects) == (4, 2)
+    assert (backlog.projects.held_back, held_back_after_overdue_objects) == (4, 2)
 
 
 @pytest.mark.parametrize(
@@ -68,7 +73,8 @@ def test_the_preview_agrees_with_what_a_real_run_then_does(batch_size, max_batch
     catalog()
     cutoff = compute_cutoff(RETENTION, NOW, "default")
     preview = preview_run(
-        backlog=measure_backlog(cutoff=cutoff), held_back=count_held_back_projects(cutoff=cutoff),
+        backlog=measure_backlog(cutoff=cutoff),
+        held_back_after_overdue_objects=count_projects_held_back_after_overdue_objects(cutoff=cutoff),
         batch_size=batch_size, max_batches=max_batches,
     )
 
