@@ -111,18 +111,24 @@ SELECT gen_random_uuid(),
 """
 
 # After the objects, so that an override always has its card; a few were withdrawn by the editors (soft-deleted),
-# and the retention job must delete those with their card too.
+# and the retention job must delete those with their card too. Each was written halfway through its card's life
+# so far, so that most are older than the job's orphan sweep window, as in production (not with random(): one more
+# call per row would make the mix depend on the plan's row order).
 INSERT_PROPERTY_OBJECT_DISPLAY_OVERRIDES = """
-INSERT INTO catalog.property_object_display_overrides (property_object_id, field, value, is_deleted)
-SELECT o.id, 'title', to_jsonb(o.title || ', sea view'), random() < 0.3
+INSERT INTO catalog.property_object_display_overrides
+       (property_object_id, field, value, is_deleted, created_at, updated_at)
+SELECT o.id, 'title', to_jsonb(o.title || ', sea view'), random() < 0.3,
+       o.created_at + (o.updated_at - o.created_at) / 2, o.created_at + (o.updated_at - o.created_at) / 2
   FROM catalog.property_object_cards AS o
   JOIN seeded_projects AS p ON p.id = o.project_id
  WHERE random() < 0.1
 """
 
 INSERT_BUILDING_DISPLAY_OVERRIDES = """
-INSERT INTO catalog.building_display_overrides (project_id, building_code, field, value, is_deleted)
-SELECT p.id, 'B' || b, 'name', to_jsonb(p.title || ', building ' || b), random() < 0.25
+INSERT INTO catalog.building_display_overrides
+       (project_id, building_code, field, value, is_deleted, created_at, updated_at)
+SELECT p.id, 'B' || b, 'name', to_jsonb(p.title || ', building ' || b), random() < 0.25,
+       p.created_at + (p.updated_at - p.created_at) / 2, p.created_at + (p.updated_at - p.created_at) / 2
   FROM seeded_projects AS p
  CROSS JOIN generate_series(1, 2) AS b
  WHERE random() < 0.3

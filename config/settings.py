@@ -170,6 +170,8 @@ DELISTED_RETENTION_BATCH_PAUSE_FACTOR = env_float("DELISTED_RETENTION_BATCH_PAUS
 # 0: the job does not look at the standbys' replication lag.
 DELISTED_RETENTION_MAX_REPLICA_LAG_SECONDS = env_int("DELISTED_RETENTION_MAX_REPLICA_LAG_SECONDS", 0)
 DELISTED_RETENTION_REPLICA_LAG_WAIT_SECONDS = env_int("DELISTED_RETENTION_REPLICA_LAG_WAIT_SECONDS", 300)
+# Orphan overrides (of a card that no longer exists) written within this many days are swept by every run.
+DELISTED_RETENTION_ORPHAN_SWEEP_DAYS = env_int("DELISTED_RETENTION_ORPHAN_SWEEP_DAYS", 7)
 # Bound every batch transaction: a stuck batch gives up instead of holding its row locks.
 DELISTED_RETENTION_STATEMENT_TIMEOUT_MS = env_int("DELISTED_RETENTION_STATEMENT_TIMEOUT_MS", 60_000)
 DELISTED_RETENTION_LOCK_TIMEOUT_MS = env_int("DELISTED_RETENTION_LOCK_TIMEOUT_MS", 5_000)

@@ -90,6 +90,11 @@ LIMITS = (
         "replica_lag_wait", "replica lag wait", "--replica-lag-wait-seconds",
         "DELISTED_RETENTION_REPLICA_LAG_WAIT_SECONDS", "seconds", None, 86_400,
     ),
+    # The orphan-override sweep looks at overrides written this recently (a scan of recent rows, not of the tables).
+    Limit(
+        "orphan_sweep_window", "orphan sweep window", "--orphan-sweep-days", "DELISTED_RETENTION_ORPHAN_SWEEP_DAYS",
+        "days", None, 36_500,
+    ),
     Limit(
         "statement_timeout", "statement timeout", None, "DELISTED_RETENTION_STATEMENT_TIMEOUT_MS", "milliseconds",
         None, MAX_TIMEOUT_MS,
@@ -120,6 +125,7 @@ class PurgeLimits:
     batch_pause_factor: float
     max_replica_lag: timedelta
     replica_lag_wait: timedelta
+    orphan_sweep_window: timedelta
     statement_timeout: timedelta
     lock_timeout: timedelta
 

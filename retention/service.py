@@ -81,7 +81,8 @@ class Phase:
 
 
 # Parameters: cutoff, batch_size, only_ids (NULL, or the ids a split batch is narrowed to), skipped_ids (culprits
-# of this run). Ids and row addresses come back as one array text value each, not thousands of values to adapt.
+# of this run), orphan_sweep_window (the orphan phases). Ids and row addresses come back as one array text value
+# each, not thousands of values to adapt.
 PROPERTY_OBJECTS = Phase(
     name="property_objects",
     lock_batch="""
@@ -142,17 +143,21 @@ PROJECTS = Phase(
     deleted_overrides="deleted_building_overrides",
 )
 # Overrides whose card is gone: left by a writer outside catalog.operations' protocol, which locks the card
-# FOR KEY SHARE and refuses a gone one. The job's own batches delete a card's overrides with it.
+# FOR KEY SHARE and refuses a gone one. The job's own batches delete a card's overrides with it. Only overrides
+# written within orphan_sweep_window are looked at, through the (created_at, id) indexes: an orphan is written
+# while or after its card is deleted, and a look at every override would read the whole card table every night
+# (7 s at 10M cards; docs/benchmark-findings.md). Older orphans: one run with a wide --orphan-sweep-days.
 ORPHAN_OBJECT_OVERRIDES = Phase(
     name="orphan_property_object_overrides",
     lock_batch="""
         SELECT count(*), array_agg(id)::text, array_agg(ctid)::text
           FROM (SELECT id, ctid FROM catalog.property_object_display_overrides AS override
-                 WHERE NOT EXISTS (SELECT FROM catalog.property_object_cards AS card
+                 WHERE created_at >= now() - %(orphan_sweep_window)s
+                   AND NOT EXISTS (SELECT FROM catalog.property_object_cards AS card
                                     WHERE card.id = override.property_object_id)
                    AND (%(only_ids)s::bigint[] IS NULL OR id = ANY(%(only_ids)s::bigint[]))
                    AND id::text <> ALL(%(skipped_ids)s::text[])
-                 ORDER BY id
+                 ORDER BY created_at, id
                  LIMIT %(batch_size)s
                  FOR UPDATE SKIP LOCKED) AS batch
     """,
@@ -174,10 +179,11 @@ ORPHAN_BUILDING_OVERRIDES = Phase(
     lock_batch="""
         SELECT count(*), array_agg(id)::text, array_agg(ctid)::text
           FROM (SELECT id, ctid FROM catalog.building_display_overrides AS override
-                 WHERE NOT EXISTS (SELECT FROM catalog.project_cards AS card WHERE card.id = override.project_id)
+                 WHERE created_at >= now() - %(orphan_sweep_window)s
+                   AND NOT EXISTS (SELECT FROM catalog.project_cards AS card WHERE card.id = override.project_id)
                    AND (%(only_ids)s::bigint[] IS NULL OR id = ANY(%(only_ids)s::bigint[]))
                    AND id::text <> ALL(%(skipped_ids)s::text[])
-                 ORDER BY id
+                 ORDER BY created_at, id
                  LIMIT %(batch_size)s
                  FOR UPDATE SKIP LOCKED) AS batch
     """,
@@ -513,6 +519,7 @@ def delete_batch(run: Run, phase: Phase, *, only_ids: list[str] | None) -> Batch
                 "cutoff": run.cutoff, "batch_size": run.limits.batch_size,
                 "only_ids": None if only_ids is None else array_literal(only_ids),
                 "skipped_ids": array_literal([c.card_id for c in run.culprits if c.phase == phase.name]),
+                "orphan_sweep_window": run.limits.orphan_sweep_window,
             })
             selected, batch_ids, row_addresses = cursor.fetchone()
             if not selected:

@@ -1,12 +1,15 @@
-"""The batch SELECTs read the partial indexes `(updated_at, id) WHERE status = 'Delisted'`: that is what keeps a
-batch at O(batch) instead of O(table) (docs/benchmarks.md, section 2). Checked on the plan, not on the clock:
-EXPLAIN (FORMAT JSON) of the exact SQL the job runs, on a demo catalog with fresh statistics."""
+"""The batch SELECTs read the partial indexes `(updated_at, id) WHERE status = 'Delisted'`, and the orphan sweep
+the overrides' `(created_at, id)` indexes: that is what keeps a batch at O(batch) instead of O(table)
+(docs/benchmarks.md, section 2). Checked on the plan, not on the clock: EXPLAIN (FORMAT JSON) of the exact SQL the
+job runs, on a demo catalog with fresh statistics."""
+
+from datetime import timedelta
 
 import pytest
 from django.db import connection
 
 from catalog.demo_data import seed_demo_data
-from retention.service import PROJECTS, PROPERTY_OBJECTS
+from retention.service import ORPHAN_BUILDING_OVERRIDES, ORPHAN_OBJECT_OVERRIDES, PROJECTS, PROPERTY_OBJECTS
 
 pytestmark = pytest.mark.django_db
 
@@ -17,14 +20,20 @@ def demo_catalog():
     # planner's right answer, and a test of that would prove nothing about a production catalog.
     seed_demo_data(projects=1000, objects_per_project=30, reset=True, seed=3)
     with connection.cursor() as cursor:
-        cursor.execute("ANALYZE catalog.project_cards, catalog.property_object_cards")
+        cursor.execute(
+            "ANALYZE catalog.project_cards, catalog.property_object_cards,"
+            " catalog.property_object_display_overrides, catalog.building_display_overrides"
+        )
 
 
 def batch_plan_nodes(phase) -> list[dict]:
     with connection.cursor() as cursor:
         cursor.execute("SELECT now() - interval '30 days'")
         cutoff = cursor.fetchone()[0]
-        params = {"cutoff": cutoff, "batch_size": 2000, "only_ids": None, "skipped_ids": "{}"}
+        params = {
+            "cutoff": cutoff, "batch_size": 2000, "only_ids": None, "skipped_ids": "{}",
+            "orphan_sweep_window": timedelta(days=7),
+        }
         cursor.execute(f"EXPLAIN (FORMAT JSON) {phase.lock_batch}", params)
         return list(walk(cursor.fetchone()[0][0]["Plan"]))
 
@@ -50,3 +59,23 @@ def test_the_batch_select_of_each_phase_reads_its_partial_index_not_the_whole_ta
 
     assert any(node.get("Index Name") == partial_index for node in nodes), nodes
     assert not any(node["Node Type"] == "Seq Scan" and node.get("Relation Name") == table for node in nodes), nodes
+
+
+@pytest.mark.parametrize(
+    "phase, overrides, card_table, created_at_index",
+    [
+        (ORPHAN_OBJECT_OVERRIDES, "property_object_display_overrides", "property_object_cards",
+         "property_object_display_overrides_created_at_idx"),
+        (ORPHAN_BUILDING_OVERRIDES, "building_display_overrides", "project_cards",
+         "building_display_overrides_created_at_idx"),
+    ],
+    ids=["property_object_overrides", "building_overrides"],
+)
+def test_the_orphan_sweep_reads_the_recent_overrides_by_index_and_probes_their_cards(
+    demo_catalog, phase, overrides, card_table, created_at_index
+):
+    nodes = batch_plan_nodes(phase)
+
+    assert any(node.get("Index Name") == created_at_index for node in nodes), nodes
+    assert not any(node["Node Type"] == "Seq Scan" and node.get("Relation Name") in (overrides, card_table)
+                   for node in nodes), nodes

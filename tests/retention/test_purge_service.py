@@ -517,3 +517,24 @@ def test_a_writer_following_the_protocol_holds_its_card_and_the_run_reports_has_
     assert not PropertyObjectDisplayOverride.objects.exists()
     with pytest.raises(CardNotFound):
         add_property_object_override(object_id=card.id, field="title", value="too late")
+
+
+def test_the_sweep_looks_at_overrides_written_within_its_window_and_a_wider_window_reaches_older_ones():
+    recent = PropertyObjectDisplayOverrideFactory(property_object_id=uuid.uuid4())  # its card is gone
+    old_object_orphan = PropertyObjectDisplayOverrideFactory(property_object_id=uuid.uuid4())
+    old_building_orphan = BuildingDisplayOverrideFactory(project_id=uuid.uuid4())
+    written_long_ago = datetime.now(timezone.utc) - timedelta(days=30)
+    for old_orphan in (old_object_orphan, old_building_orphan):  # a queryset update: past the models' auto_now
+        type(old_orphan).objects.filter(id=old_orphan.id).update(created_at=written_long_ago)
+
+    nightly = purge(now=NOW, orphan_sweep_window=timedelta(days=7))
+
+    assert (nightly.deleted_property_object_overrides, nightly.deleted_building_overrides) == (1, 0)
+    assert not PropertyObjectDisplayOverride.objects.filter(id=recent.id).exists()
+    assert PropertyObjectDisplayOverride.objects.filter(id=old_object_orphan.id).exists()
+    assert BuildingDisplayOverride.objects.filter(id=old_building_orphan.id).exists()
+
+    wide = purge(now=NOW, orphan_sweep_window=timedelta(days=31))
+
+    assert (wide.deleted_property_object_overrides, wide.deleted_building_overrides) == (1, 1)
+    assert not PropertyObjectDisplayOverride.objects.exists() and not BuildingDisplayOverride.objects.exists()
