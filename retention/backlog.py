@@ -29,7 +29,7 @@ WITH objects AS (
 ), projects AS (
     SELECT count(*) AS delisted, count(*) FILTER (WHERE updated_at < %(cutoff)s) AS overdue,
            min(updated_at) AS oldest_delisted_at,
-           count(*) FILTER (WHERE updated_at < %(cutoff)s AND EXISTS (
+           count(*) FILTER (WHERE %(count_held_back)s AND updated_at < %(cutoff)s AND EXISTS (
                SELECT FROM catalog.property_object_cards AS po WHERE po.project_id = card.id
            )) AS held_back
       FROM catalog.project_cards AS card WHERE status = 'Delisted'
@@ -45,7 +45,8 @@ class KindBacklog:
     delisted: int
     overdue: int
     oldest_delisted_at: datetime | None
-    held_back: int = 0  # overdue, but kept while a property-object card of theirs remains (projects only)
+    # Overdue, but kept while a property-object card of theirs remains (projects only; None: not counted).
+    held_back: int | None = 0
 
     def overdue_age(self, cutoff: datetime) -> timedelta:
         """How long the oldest overdue card has been past the cutoff; zero when none is overdue. The oldest
@@ -81,16 +82,19 @@ def compute_cutoff(
 
 
 def measure_backlog(
-    *, cutoff: datetime, using: str = "default", transaction: Callable[[], AbstractContextManager] | None = None
+    *, cutoff: datetime, using: str = "default", transaction: Callable[[], AbstractContextManager] | None = None,
+    count_held_back: bool = True,
 ) -> Backlog:
-    """The backlog in one statement; `transaction` (a run's bounded transaction) runs it under the run's timeouts."""
+    """The backlog in one statement; `transaction` (a run's bounded transaction) runs it under the run's timeouts.
+    Without `count_held_back` the statement skips the probe of each overdue project's objects (0.7 s of 1.6 s at
+    10M cards), and `projects.held_back` is None."""
     with (transaction or plain_cursor(using))() as cursor:
-        cursor.execute(MEASURE_BACKLOG, {"cutoff": cutoff})
-        objects_delisted, objects_overdue, objects_oldest, *projects = cursor.fetchone()
+        cursor.execute(MEASURE_BACKLOG, {"cutoff": cutoff, "count_held_back": count_held_back})
+        objects_delisted, objects_overdue, objects_oldest, *projects, held_back = cursor.fetchone()
     return Backlog(
         cutoff=cutoff,
         property_objects=KindBacklog(objects_delisted, objects_overdue, objects_oldest),
-        projects=KindBacklog(*projects),
+        projects=KindBacklog(*projects, held_back=held_back if count_held_back else None),
     )
 
 

@@ -414,7 +414,8 @@ def locked_run(run: Run, now, metrics: RunMetrics, on_start, on_batch) -> tuple[
         run.lock_session = lock_session
         try:
             run.cutoff = compute_cutoff(run.limits.retention, now, run.using, transaction=run.transaction)
-            at_start = measure_backlog(cutoff=run.cutoff, transaction=run.transaction)
+            # What the run starts from; the held-back projects are counted at the end, where they are reported.
+            at_start = measure_backlog(cutoff=run.cutoff, transaction=run.transaction, count_held_back=False)
         except StopRun as stop:  # a SIGTERM or the run's time cancelled the start count
             return run.result(stop.reason), None
         metrics.run_started(at_start)
@@ -670,7 +671,7 @@ def preview_purge(run: Run, now: datetime | None) -> PurgeResult:
     whose objects were all overdue has become purgeable."""
     limits = run.limits
     run.cutoff = compute_cutoff(limits.retention, now, run.using, transaction=run.transaction)
-    backlog = measure_backlog(cutoff=run.cutoff, transaction=run.transaction)
+    backlog = measure_backlog(cutoff=run.cutoff, transaction=run.transaction, count_held_back=False)
     overdue_objects = backlog.property_objects.overdue
     objects_deleted = min(overdue_objects, limits.batch_size * limits.max_batches)
     with run.transaction() as cursor:

@@ -538,3 +538,15 @@ def test_the_sweep_looks_at_overrides_written_within_its_window_and_a_wider_wind
 
     assert (wide.deleted_property_object_overrides, wide.deleted_building_overrides) == (1, 1)
     assert not PropertyObjectDisplayOverride.objects.exists() and not BuildingDisplayOverride.objects.exists()
+
+
+def test_the_start_count_skips_the_held_back_probe_and_the_end_count_reports_it():
+    held_back = delisted_project_with_objects(1)
+    PropertyObjectCardFactory(project_id=held_back.id)  # Published: holds its project back
+    started_from = []
+
+    result = purge(now=NOW, on_start=started_from.append)
+
+    (at_start,) = started_from
+    assert (at_start.projects.overdue, at_start.projects.held_back) == (1, None)
+    assert result.projects_held_back == 1 and result.deleted_project_cards == 0
