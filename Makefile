@@ -9,15 +9,15 @@ DEMO_OBJECTS_PER_PROJECT ?= 50
 
 # `make bench` sizes (docs/benchmarks.md): property objects of the small and the large catalog, the cards of the short
 # memory run and the large backlog (throughput, live traffic, peers), runs per measurement, batch pauses and pause
-# factors tried under live traffic (the first pause is the target's), rounds per purge under live traffic and per
-# peer, and the admin pages' catalog and backlog. Smaller and quicker, for development:
+# factors tried under live traffic (the first factor is the live-read target's), rounds per purge under live traffic
+# and per peer, and the admin pages' catalog and backlog. Smaller and quicker, for development:
 #   make bench BENCH_LARGE_CARDS=500000 BENCH_BACKLOGS="5000 50000" BENCH_ADMIN_CARDS=100000 BENCH_ADMIN_BACKLOG=20000
 BENCH_SMALL_CARDS ?= 100000
 BENCH_LARGE_CARDS ?= 10000000
 BENCH_BACKLOGS ?= 20000 200000
 BENCH_REPEATS ?= 3
-BENCH_PAUSES_MS ?= 0 200
-BENCH_PAUSE_FACTORS ?= 1
+BENCH_PAUSES_MS ?= 0
+BENCH_PAUSE_FACTORS ?= 30
 BENCH_LIVE_ROUNDS ?= 4
 BENCH_PEER_ROUNDS ?= 2
 BENCH_ADMIN_CARDS ?= 1000000

@@ -39,10 +39,11 @@ def parse_args() -> argparse.Namespace:
                              "(1, 3-6)")
     parser.add_argument("--batch-size", type=int, default=2000)
     parser.add_argument("--repeats", type=int, default=3, help="runs per measurement in 1 and 2")
-    parser.add_argument("--pauses-ms", type=int, nargs="+", default=(0, 200),
-                        help="--batch-pause-ms values for 3 and 5; the first one is the target's")
-    parser.add_argument("--pause-factors", type=float, nargs="+", default=(1.0,),
-                        help="--batch-pause-factor values for 5, where purge_delisted has the option")
+    parser.add_argument("--pauses-ms", type=int, nargs="+", default=(0,),
+                        help="--batch-pause-ms values for 3 and 5")
+    parser.add_argument("--pause-factors", type=float, nargs="+", default=(30.0,),
+                        help="--batch-pause-factor values for 5, where purge_delisted has the option; the first "
+                             "one is the live-read target's (else the first pause)")
     parser.add_argument("--live-rounds", type=int, default=4, help="rounds per purge in 3 and 5")
     parser.add_argument("--peer-rounds", type=int, default=2, help="rounds per peer in 6")
     parser.add_argument("--idle-seconds", type=float, default=4.0)
