@@ -60,7 +60,7 @@ def setup_django(database_url: str) -> None:
     django.setup()
 
 
-def timed_job(*, database_url: str, batch_size: int, batch_pause_ms: int) -> dict:
+def timed_job(*, database_url: str, batch_size: int, batch_pause_ms: int, max_batches: int) -> dict:
     """purge_delisted_cards in this process, timing each batch from the service's own hooks: the stop request is
     asked right before a batch (after the pause), `on_batch` is told right after the batch committed. The pause
     factor, if any, comes from DELISTED_RETENTION_BATCH_PAUSE_FACTOR in the environment."""
@@ -82,7 +82,7 @@ def timed_job(*, database_url: str, batch_size: int, batch_pause_ms: int) -> dic
         batch_seconds.append(time.monotonic() - asked_at[-1])
 
     limits = PurgeLimits.from_settings().replace(
-        retention=RETENTION, batch_size=batch_size, max_batches=UNLIMITED_BATCHES, max_duration=UNLIMITED_DURATION,
+        retention=RETENTION, batch_size=batch_size, max_batches=max_batches, max_duration=UNLIMITED_DURATION,
         batch_pause=timedelta(milliseconds=batch_pause_ms),
     )
     started = time.monotonic()
@@ -245,6 +245,7 @@ def main() -> None:
     parser.add_argument("--database-url", required=True)
     parser.add_argument("--batch-size", type=int, default=2000)
     parser.add_argument("--batch-pause-ms", type=int, default=0)
+    parser.add_argument("--max-batches", type=int, default=UNLIMITED_BATCHES, help="job: stop after this many")
     parser.add_argument("--reads-per-second", type=int, default=400)
     parser.add_argument("--upserts-per-second", type=int, default=40)
     parser.add_argument("--restores-per-second", type=float, default=10)
@@ -252,7 +253,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.worker == "job":
         outcome = timed_job(
-            database_url=args.database_url, batch_size=args.batch_size, batch_pause_ms=args.batch_pause_ms
+            database_url=args.database_url, batch_size=args.batch_size, batch_pause_ms=args.batch_pause_ms,
+            max_batches=args.max_batches,
         )
     elif args.worker == "floor":
         outcome = timed_floor(database_url=args.database_url, batch_size=args.batch_size)
