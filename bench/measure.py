@@ -274,7 +274,7 @@ class Results:
     jobs: list[Run]
     floors: list[Run]
     scaling: dict[tuple[str, bool], list[Run]]  # (template, with the partial indexes) -> runs
-    live: list[LiveTraffic]  # the job at each batch pause (the first is the target's) and pause factor, the floor
+    live: list[LiveTraffic]  # the job at each pause and pause factor (the first factor is the target's), the floor
     unmeasured: list[tuple[str, str]]  # (live-traffic purge, why it was not measured)
     peers: list[LiveTraffic]  # the other shapes of the purge (bench/peers.py)
     rss: list[tuple[int, int, int]]  # (max batches, peak RSS in KiB, cards deleted), the shorter run first
@@ -300,8 +300,8 @@ def measure(base_url: str, names: dict[str, str], args) -> Results:
         base_url, names, names["run"], batch_size=args.batch_size, repeats=args.repeats, throughput_jobs=jobs
     )
 
-    # The job at each pause (the first is the target's) and pause factor, then the floor: what deleting alone
-    # costs the traffic.
+    # The job at each pause and pause factor (the first factor is the live-read target's), then the floor: what
+    # deleting alone costs the traffic.
     live_purges = [
         Purge(f"job, pause {pause} ms", ("job", *batch_size, "--batch-pause-ms", str(pause)))
         for pause in args.pauses_ms
