@@ -428,7 +428,7 @@ def locked_run(run: Run, now, metrics: RunMetrics, on_start, on_batch) -> tuple[
         on_start(at_start)
         stop_reason = run_phases(run, on_batch)
         try:
-            at_end = measure_backlog(cutoff=run.cutoff, transaction=run.transaction)
+            at_end = measure_backlog(cutoff=run.cutoff, transaction=run.transaction, within_window_from=at_start)
         except StopRun:
             at_end = None  # what is left stays unknown
         result = run.result(

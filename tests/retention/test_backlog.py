@@ -4,7 +4,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from catalog.models import CardStatus
+from catalog.models import CardStatus, PropertyObjectCard
 from retention.backlog import (
     compute_cutoff,
     count_projects_held_back_after_overdue_objects,
@@ -54,6 +54,24 @@ def test_the_counts_of_the_catalog():
 
     assert (backlog.property_objects.overdue, backlog.projects.overdue) == (9, 6)
     assert (backlog.projects.held_back, held_back_after_overdue_objects) == (4, 2)
+
+
+def test_the_end_count_recounts_the_overdue_cards_and_takes_those_within_the_window_from_the_start():
+    catalog()  # 11 Delisted property objects, 9 overdue; 6 Delisted projects, all overdue
+    at_start = measure_backlog(cutoff=CUTOFF)
+    PropertyObjectCard.objects.filter(status=CardStatus.DELISTED, updated_at=LONG_AGO).first().delete()  # as a run
+    oldest = PropertyObjectCardFactory(status=CardStatus.DELISTED, updated_at=LONG_AGO - timedelta(days=1))
+    PropertyObjectCardFactory(status=CardStatus.DELISTED, updated_at=RECENTLY)  # delisted within the window
+
+    at_end = measure_backlog(cutoff=CUTOFF, within_window_from=at_start)
+
+    assert (at_start.property_objects.delisted, at_start.property_objects.overdue) == (11, 9)
+    # 9 overdue: one deleted, one more overdue; within the window still the 2 of the start count, not 3.
+    assert (at_end.property_objects.delisted, at_end.property_objects.overdue) == (2 + 9, 9)
+    assert at_end.property_objects.oldest_delisted_at == oldest.updated_at
+    assert (at_end.projects.delisted, at_end.projects.overdue, at_end.projects.held_back) == (6, 6, 4)
+    with pytest.raises(ValueError, match="another cutoff"):
+        measure_backlog(cutoff=CUTOFF + timedelta(seconds=1), within_window_from=at_start)
 
 
 @pytest.mark.parametrize(
