@@ -9,8 +9,8 @@ Counters and the duration histogram are cumulative across runs: each export read
 this run, and writes the sum, so `increase()` and `rate()` work as on any counter (a Pushgateway restarted without
 persistence is an ordinary counter reset). Two exports racing (a lock-busy run beside the running one) can lose
 one increment; that is the price of not running an aggregating gateway. Gauges hold the latest run's values. The
-backlog the run counted at its start and at its end, with the age of its oldest overdue card (the retention
-SLO), is exported with each. A failed run exports its outcome, its
+backlog the run counted at its start and at its end (there the cards within the retention window are the start's,
+see measure_backlog), with the age of its oldest overdue card (the retention SLO), is exported with each. A failed run exports its outcome, its
 duration and what its committed batches deleted. A sink holding garbage is rewritten whole, with a warning; the whole
 export of a run is bounded by EXPORT_TIMEOUT_SECONDS.
 
