@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from string import Template
 
-from bench.measure import UNCAPPED_BATCHES, LiveTraffic, Results, Run, percentile
+from bench.measure import PAUSED_BATCHES, UNCAPPED_BATCHES, LiveTraffic, Results, Run, percentile
 
 TEMPLATE = Path(__file__).with_name("report_template.md")
 TARGETS = {
@@ -261,6 +261,7 @@ def render_report(
         restores_per_second=f"{args.restores_per_second:g}",
         idle_seconds=f"{args.idle_seconds:g}",
         live_rounds=args.live_rounds,
+        paused_batches=PAUSED_BATCHES,
         pause_factor_effect=pause_factor_effect(results),
         live_samples=f"{len(results.idle['read']):,} idle; {samples}",
         peer_rounds=args.peer_rounds,
