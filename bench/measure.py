@@ -38,9 +38,10 @@ SCALING_RUNS = (
 PAUSE_FACTOR_OPTION = "--batch-pause-factor"
 PAUSE_FACTOR_SETTING = "DELISTED_RETENTION_BATCH_PAUSE_FACTOR"
 # A paused job purges this many batches per round, not the whole backlog: at factor 30 the whole backlog took 4
-# minutes a round, and a round's idle window (seconds) is only comparable with a purge window of similar length
-# (at factor 60, 10 batches take some 25 s).
-PAUSED_BATCHES = 10
+# minutes a round, and a round's idle window (seconds) is only comparable with a purge window of similar length.
+# At factor 60, 10 batches took 25-110 s a round depending on the host (a 19.6-min bench): 6 keep the bench
+# within its 20 minutes.
+PAUSED_BATCHES = 6
 
 
 def worker_command(worker: str, url: str, *options: str) -> list[str]:
