@@ -10,9 +10,9 @@ this run, and writes the sum, so `increase()` and `rate()` work as on any counte
 persistence is an ordinary counter reset). Two exports racing (a lock-busy run beside the running one) can lose
 one increment; that is the price of not running an aggregating gateway. Gauges hold the latest run's values. The
 backlog the run counted at its start and at its end (there the cards within the retention window are the start's,
-see measure_backlog), with the age of its oldest overdue card (the retention SLO), is exported with each. A failed run exports its outcome, its
-duration and what its committed batches deleted. A sink holding garbage is rewritten whole, with a warning; the whole
-export of a run is bounded by EXPORT_TIMEOUT_SECONDS.
+see measure_backlog), with the age of its oldest overdue card (the retention SLO), is exported with each. A failed
+run exports its outcome, its duration and what its committed batches deleted. A sink holding garbage is rewritten
+whole, with a warning; the whole export of a run is bounded by EXPORT_TIMEOUT_SECONDS.
 
 The web app reports the backlog live through BacklogCollector (registered by the app config), cached so that
 scrapes cannot hammer the database.

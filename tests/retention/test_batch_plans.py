@@ -1,9 +1,10 @@
 """The batch SELECTs read the partial indexes `(updated_at, id) WHERE status = 'Delisted'`, and the orphan sweep
 the overrides' `(created_at, id)` indexes: that is what keeps a batch at O(batch) instead of O(table)
-(docs/benchmarks.md, section 2). A run's end count reads only the overdue entries of the partial indexes. Checked on the plan, not on the clock: EXPLAIN (FORMAT JSON) of the exact SQL the
-job runs, on a demo catalog with fresh statistics."""
+(docs/benchmarks.md, section 2). A run's end count reads only the overdue entries of the partial indexes. Checked on
+the plan, not on the clock: EXPLAIN (FORMAT JSON) of the exact SQL the job runs, on a demo catalog with fresh
+statistics."""
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
 from django.db import connection
@@ -27,16 +28,24 @@ def demo_catalog():
         )
 
 
-def batch_plan_nodes(phase) -> list[dict]:
+def database_cutoff() -> datetime:
     with connection.cursor() as cursor:
         cursor.execute("SELECT now() - interval '30 days'")
-        cutoff = cursor.fetchone()[0]
-        params = {
-            "cutoff": cutoff, "batch_size": 2000, "only_ids": None, "skipped_ids": "{}",
-            "orphan_sweep_window": timedelta(days=7),
-        }
-        cursor.execute(f"EXPLAIN (FORMAT JSON) {phase.lock_batch}", params)
+        return cursor.fetchone()[0]
+
+
+def plan_nodes(statement: str, params: dict, *, analyze: bool = False) -> list[dict]:
+    with connection.cursor() as cursor:
+        cursor.execute(f"EXPLAIN ({'ANALYZE, ' if analyze else ''}FORMAT JSON) {statement}", params)
         return list(walk(cursor.fetchone()[0][0]["Plan"]))
+
+
+def batch_plan_nodes(phase) -> list[dict]:
+    params = {
+        "cutoff": database_cutoff(), "batch_size": 2000, "only_ids": None, "skipped_ids": "{}",
+        "orphan_sweep_window": timedelta(days=7),
+    }
+    return plan_nodes(phase.lock_batch, params)
 
 
 def walk(node: dict):
@@ -88,13 +97,10 @@ def rows_read_from(index: str, nodes: list[dict]) -> int:
 
 @pytest.mark.parametrize("count", ["start", "end"])
 def test_the_end_count_reads_only_the_overdue_entries_of_the_partial_indexes(demo_catalog, count):
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT now() - interval '30 days'")
-        cutoff = cursor.fetchone()[0]
-        backlog = measure_backlog(cutoff=cutoff)
-        params = {"cutoff": cutoff, "count_held_back": count == "end", "count_within_window": count == "start"}
-        cursor.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) {MEASURE_BACKLOG}", params)
-        nodes = list(walk(cursor.fetchone()[0][0]["Plan"]))
+    cutoff = database_cutoff()
+    backlog = measure_backlog(cutoff=cutoff)
+    params = {"cutoff": cutoff, "count_held_back": count == "end", "count_within_window": count == "start"}
+    nodes = plan_nodes(MEASURE_BACKLOG, params, analyze=True)
 
     read = (rows_read_from("property_object_cards_delisted_updated_at_idx", nodes),
             rows_read_from("project_cards_delisted_updated_at_idx", nodes))
