@@ -14,7 +14,7 @@ included (`is_demo_catalog`). The rows are recognised, not a marker that a copy,
 card added later would leave behind. Every uuid the demo makes (card ids, developer ids) is a demo id: 16 hex
 digits from gen_random_uuid() (with the version digit of RFC 9562's custom uuids, 8), then the variant digit 8 and
 15 hex digits of md5(DEMO_ID_KEY || those 16 digits). So a demo id proves itself from its own digits: a uuid made
-by any generator (version 4 or 7, as the source system's are) never passes, a custom one with a chance of 2^-64,
+by any generator (version 4 or 7, as the source system's are) never passes, a custom one with a chance of 2^-62,
 and updating a demo card (its status, its updated_at) keeps it a demo card. A demo row is a card with a demo id,
 an override of a card with a demo id, a ranking rule of a demo developer (and of a demo project, if any).
 
@@ -74,11 +74,12 @@ REFUSED_REAL_CATALOG = (
     "(a real catalog is never emptied nor mixed with demo cards); point DATABASE_URL at an empty database"
 )
 
-# Before the check, so that no writer can commit a row between the check and the commit. A reset takes at once
-# the ACCESS EXCLUSIVE lock its TRUNCATE needs (a later upgrade could deadlock with a reader turned writer);
-# seeding alone keeps only writers out (SHARE ROW EXCLUSIVE also keeps a second seeding out).
 CATALOG_TABLES = """catalog.project_cards, catalog.property_object_cards, catalog.property_object_display_overrides,
            catalog.building_display_overrides, catalog.ranking_rules"""
+# Taken before the check, so that no writer can commit a row between the check and the commit. A reset takes at
+# once the ACCESS EXCLUSIVE lock its TRUNCATE needs: upgrading a weaker lock later could deadlock with a
+# transaction that read a table and then writes to it. Seeding alone keeps writers out and lets readers in (SHARE
+# ROW EXCLUSIVE conflicts with itself, so two seedings also wait for each other).
 LOCK_CATALOG_FOR_RESET = f"LOCK TABLE {CATALOG_TABLES} IN ACCESS EXCLUSIVE MODE"
 LOCK_CATALOG_FOR_SEEDING = f"LOCK TABLE {CATALOG_TABLES} IN SHARE ROW EXCLUSIVE MODE"
 TRUNCATE_CATALOG = f"TRUNCATE {CATALOG_TABLES} RESTART IDENTITY"
