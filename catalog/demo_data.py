@@ -8,13 +8,21 @@ leave those alone). The rows look as the source-event consumers would have left 
 `updated_at` is its delisting moment, and every object of a Delisted project is Delisted with the project's own
 `updated_at` (the INV-5 cascade).
 
-Ids come from gen_random_uuid(), which `setseed()` does not drive: the same seed on an emptied catalog gives the
-same mix (the same counts), with fresh ids, and seeding without a reset adds to what is there.
-
 Demo data must never land in, and a reset must never empty, a real catalog. Nothing is seeded with
-APP_ENV=production. A reset empties the catalog only when it is empty already or is a demo catalog: one whose
-seeding began on an empty catalog, which marks it with a comment on schema `catalog` (`\\dn+ catalog` in psql
-shows it). Cards added to a real catalog without a reset leave it unmarked.
+APP_ENV=production, and elsewhere only into a demo catalog: one whose every row is demo data, an empty catalog
+included (`is_demo_catalog`). The rows are recognised, not a marker that a copy, a restored schema dump or a real
+card added later would leave behind. Every uuid the demo makes (card ids, developer ids) is a demo id: 16 hex
+digits from gen_random_uuid() (with the version digit of RFC 9562's custom uuids, 8), then the variant digit 8 and
+15 hex digits of md5(DEMO_ID_KEY || those 16 digits). So a demo id proves itself from its own digits: a uuid made
+by any generator (version 4 or 7, as the source system's are) never passes, a custom one with a chance of 2^-62,
+and updating a demo card (its status, its updated_at) keeps it a demo card. A demo row is a card with a demo id,
+an override of a card with a demo id, a ranking rule of a demo developer (and of a demo project, if any).
+
+The check and the writes are one transaction behind a table lock that keeps writers out from before the check
+until the commit: a real card committed while a reset waits for its lock is seen by the check, never truncated.
+
+gen_random_uuid() is not driven by `setseed()`: the same seed on an emptied catalog gives the same mix (the same
+counts), with fresh ids, and seeding a demo catalog without a reset adds to what is there.
 """
 
 import logging
@@ -23,44 +31,68 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
 
 from catalog.models import CardStatus
 
 logger = logging.getLogger(__name__)
 
-DEMO_CATALOG_MARK = "Demo catalog made by manage.py seed_demo_data: --reset may empty it."
-IS_DEMO_CATALOG = "SELECT obj_description('catalog'::regnamespace, 'pg_namespace') = %s"
-MARK_DEMO_CATALOG = "COMMENT ON SCHEMA catalog IS %s"
-HOLDS_CATALOG_DATA = """
-SELECT EXISTS (SELECT FROM catalog.project_cards) OR EXISTS (SELECT FROM catalog.property_object_cards)
-    OR EXISTS (SELECT FROM catalog.property_object_display_overrides)
-    OR EXISTS (SELECT FROM catalog.building_display_overrides) OR EXISTS (SELECT FROM catalog.ranking_rules)
+DEMO_ID_KEY = "catalog.demo_data: demo ids"
+# 16 hex digits of a fresh uuid: a subquery's column, so that one value makes both halves of a demo id (a
+# volatile select list keeps the subquery from being flattened into two gen_random_uuid() calls).
+FRESH_HEX = "left(replace(gen_random_uuid()::text, '-', ''), 16)"
+
+
+def demo_id(sixteen_hex: str) -> str:
+    """SQL of the demo id made of the text expression `sixteen_hex` (16 hex digits; see the module's docstring).
+    It takes the parameter %(demo_id_key)s."""
+    first_half = f"overlay({sixteen_hex} placing '8' from 13)"
+    return f"({first_half} || '8' || left(md5(%(demo_id_key)s || {first_half}), 15))::uuid"
+
+
+def is_demo_id(column: str) -> str:
+    """SQL: the uuid `column` is a demo id, its second half made from its first."""
+    first_sixteen_hex = f"left(replace({column}::text, '-', ''), 16)"
+    return f"{demo_id(first_sixteen_hex)} = {column}"
+
+
+IS_DEMO_CATALOG = f"""
+SELECT NOT EXISTS (SELECT FROM catalog.project_cards WHERE NOT {is_demo_id("id")})
+   AND NOT EXISTS (SELECT FROM catalog.property_object_cards WHERE NOT {is_demo_id("id")})
+   AND NOT EXISTS (SELECT FROM catalog.property_object_display_overrides WHERE NOT {is_demo_id("property_object_id")})
+   AND NOT EXISTS (SELECT FROM catalog.building_display_overrides WHERE NOT {is_demo_id("project_id")})
+   AND NOT EXISTS (SELECT FROM catalog.ranking_rules
+                    WHERE NOT ({is_demo_id("developer_id")} AND (project_id IS NULL OR {is_demo_id("project_id")})))
 """
 
 REFUSED_IN_PRODUCTION = (
     "refusing to seed demo data with APP_ENV=production: demo cards never go into a production catalog; "
     "run it against a development database (APP_ENV=development)"
 )
-REFUSED_RESET_OF_REAL_CATALOG = (
-    "refusing to --reset database {database}: its catalog holds data that seed_demo_data did not make; "
-    "point DATABASE_URL at an empty database (it becomes a demo catalog), or seed without --reset"
+REFUSED_REAL_CATALOG = (
+    "refusing to seed demo data into database {database}: its catalog holds rows that seed_demo_data did not make "
+    "(a real catalog is never emptied nor mixed with demo cards); point DATABASE_URL at an empty database"
 )
 
-TRUNCATE_CATALOG = """
-TRUNCATE catalog.project_cards, catalog.property_object_cards, catalog.property_object_display_overrides,
-         catalog.building_display_overrides, catalog.ranking_rules
-RESTART IDENTITY
-"""
+CATALOG_TABLES = """catalog.project_cards, catalog.property_object_cards, catalog.property_object_display_overrides,
+           catalog.building_display_overrides, catalog.ranking_rules"""
+# Taken before the check, so that no writer can commit a row between the check and the commit. A reset takes at
+# once the ACCESS EXCLUSIVE lock its TRUNCATE needs: upgrading a weaker lock later could deadlock with a
+# transaction that read a table and then writes to it. Seeding alone keeps writers out and lets readers in (SHARE
+# ROW EXCLUSIVE conflicts with itself, so two seedings also wait for each other).
+LOCK_CATALOG_FOR_RESET = f"LOCK TABLE {CATALOG_TABLES} IN ACCESS EXCLUSIVE MODE"
+LOCK_CATALOG_FOR_SEEDING = f"LOCK TABLE {CATALOG_TABLES} IN SHARE ROW EXCLUSIVE MODE"
+TRUNCATE_CATALOG = f"TRUNCATE {CATALOG_TABLES} RESTART IDENTITY"
 
 # This run's projects, kept aside so that every later statement works on them alone (and not on cards an earlier
 # run left behind), and so that their objects can copy the project's status and moment.
-CREATE_SEEDED_PROJECTS = """
+CREATE_SEEDED_PROJECTS = f"""
 CREATE TEMPORARY TABLE seeded_projects AS
 WITH developers AS MATERIALIZED (
-    SELECT d, gen_random_uuid() AS developer_id FROM generate_series(0, %(developers)s - 1) AS d
+    SELECT d, {demo_id("fresh_hex")} AS developer_id
+      FROM (SELECT d, {FRESH_HEX} AS fresh_hex FROM generate_series(0, %(developers)s - 1) AS d) AS numbered
 )
-SELECT gen_random_uuid() AS id,
+SELECT {demo_id("fresh_hex")} AS id,
        n,
        developers.developer_id,
        'Residential complex ' || n AS title,
@@ -73,7 +105,7 @@ SELECT gen_random_uuid() AS id,
                     WHEN mod(n, 20) = 2 THEN 1 + random() * 19    -- inside the restore window: must survive
                     ELSE random() * 14                            -- live cards: the source refreshes them often
                END * interval '1 day' AS updated_at
-  FROM generate_series(1, %(projects)s) AS n
+  FROM (SELECT n, {FRESH_HEX} AS fresh_hex FROM generate_series(1, %(projects)s) AS n) AS numbered
   JOIN developers ON developers.d = mod(n, %(developers)s)
 """
 
@@ -82,9 +114,9 @@ INSERT INTO catalog.project_cards (id, developer_id, title, status, created_at, 
 SELECT id, developer_id, title, status, created_at, updated_at FROM seeded_projects
 """
 
-INSERT_PROPERTY_OBJECT_CARDS = """
+INSERT_PROPERTY_OBJECT_CARDS = f"""
 INSERT INTO catalog.property_object_cards (id, project_id, title, status, price, created_at, updated_at)
-SELECT gen_random_uuid(),
+SELECT {demo_id("fresh_hex")},
        project_id,
        'Flat ' || k,
        CASE WHEN project_status = 'Delisted' OR roll < 0.12 THEN 'Delisted'
@@ -104,7 +136,7 @@ SELECT gen_random_uuid(),
         -- delisted long ago, 4 recently, and 5 are Hidden. A volatile select list keeps this subquery from
         -- being flattened, so `roll` is one value per object however often it is read.
         SELECT p.id AS project_id, p.status AS project_status, p.created_at AS project_created_at,
-               p.updated_at AS project_updated_at, k, random() AS roll
+               p.updated_at AS project_updated_at, k, random() AS roll, {FRESH_HEX} AS fresh_hex
           FROM seeded_projects AS p
          CROSS JOIN generate_series(1, %(objects_per_project)s) AS k
        ) AS objects
@@ -161,14 +193,11 @@ SELECT o.status, count(*), count(*) FILTER (WHERE o.status = 'Delisted' AND o.up
 """
 
 # Fresh statistics, so that a purge run right after seeding is planned for a million rows, not for an empty table.
-ANALYZE_CATALOG = """
-ANALYZE catalog.project_cards, catalog.property_object_cards, catalog.property_object_display_overrides,
-        catalog.building_display_overrides, catalog.ranking_rules
-"""
+ANALYZE_CATALOG = f"ANALYZE {CATALOG_TABLES}"
 
 
 class DemoDataRefused(Exception):
-    """Seeding was refused before anything changed: production, or a reset of a catalog that is not a demo."""
+    """Seeding was refused before anything changed: production, or a catalog that is not a demo catalog."""
 
 
 @dataclass(frozen=True)
@@ -189,18 +218,16 @@ class DemoDataSummary:
 
 def seed_demo_data(*, projects: int, objects_per_project: int, reset: bool, seed: int | None) -> DemoDataSummary:
     """Add `projects` project cards with `objects_per_project` property objects each, their overrides and ranking
-    rules, in one transaction; with `reset`, empty the catalog first. Raises DemoDataRefused in production, and
-    for a reset of a catalog that holds data and is not a demo catalog."""
+    rules, in one transaction; with `reset`, empty the catalog first. Raises DemoDataRefused in production and on
+    a catalog that is not a demo catalog (`is_demo_catalog`), with or without `reset`."""
     if settings.PRODUCTION:
         raise DemoDataRefused(REFUSED_IN_PRODUCTION)
     retention = timedelta(days=settings.DELISTED_RETENTION_PERIOD_DAYS)
     started = time.monotonic()
     with transaction.atomic(), connection.cursor() as cursor:
-        real_catalog = not is_demo_catalog(cursor) and holds_catalog_data(cursor)
-        if real_catalog and reset:
-            raise DemoDataRefused(REFUSED_RESET_OF_REAL_CATALOG.format(database=connection.settings_dict["NAME"]))
-        if not real_catalog:
-            cursor.execute(MARK_DEMO_CATALOG, [DEMO_CATALOG_MARK])
+        cursor.execute(LOCK_CATALOG_FOR_RESET if reset else LOCK_CATALOG_FOR_SEEDING)
+        if not is_demo_catalog():
+            raise DemoDataRefused(REFUSED_REAL_CATALOG.format(database=connection.settings_dict["NAME"]))
         logger.info("seeding %d projects with %d property objects each", projects, objects_per_project)
         if reset:
             cursor.execute(TRUNCATE_CATALOG)
@@ -212,14 +239,14 @@ def seed_demo_data(*, projects: int, objects_per_project: int, reset: bool, seed
             cursor,
             "chose this run's projects",
             CREATE_SEEDED_PROJECTS,
-            {"projects": projects, "developers": max(1, projects // 10)},
+            {"projects": projects, "developers": max(1, projects // 10), "demo_id_key": DEMO_ID_KEY},
         )
         execute_step(cursor, "inserted project cards", INSERT_PROJECT_CARDS)
         execute_step(
             cursor,
             "inserted property object cards",
             INSERT_PROPERTY_OBJECT_CARDS,
-            {"objects_per_project": objects_per_project},
+            {"objects_per_project": objects_per_project, "demo_id_key": DEMO_ID_KEY},
         )
         property_object_display_overrides = execute_step(
             cursor, "inserted property object display overrides", INSERT_PROPERTY_OBJECT_DISPLAY_OVERRIDES
@@ -251,14 +278,13 @@ def seed_demo_data(*, projects: int, objects_per_project: int, reset: bool, seed
     )
 
 
-def is_demo_catalog(cursor) -> bool:
-    cursor.execute(IS_DEMO_CATALOG, [DEMO_CATALOG_MARK])
-    return bool(cursor.fetchone()[0])
-
-
-def holds_catalog_data(cursor) -> bool:
-    cursor.execute(HOLDS_CATALOG_DATA)
-    return cursor.fetchone()[0]
+def is_demo_catalog(using: str = DEFAULT_DB_ALIAS) -> bool:
+    """Whether every row of the catalog on database `using` is demo data (see the module's docstring): true for an
+    empty catalog, false as soon as one card, override or ranking rule is not. The rule `--reset` empties by; as of
+    the moment of the query, unless the caller holds a lock that keeps writers out, as seeding does."""
+    with connections[using].cursor() as cursor:
+        cursor.execute(IS_DEMO_CATALOG, {"demo_id_key": DEMO_ID_KEY})
+        return cursor.fetchone()[0]
 
 
 def execute_step(cursor, description: str, statement: str, params: dict | None = None) -> int:

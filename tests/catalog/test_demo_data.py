@@ -10,12 +10,12 @@ from django.utils import timezone
 
 from catalog.demo_data import (
     REFUSED_IN_PRODUCTION,
-    REFUSED_RESET_OF_REAL_CATALOG,
+    REFUSED_REAL_CATALOG,
     DemoDataRefused,
     is_demo_catalog,
     seed_demo_data,
 )
-from catalog.management.commands.seed_demo_data import COUNT_MUST_BE_POSITIVE
+from catalog.management.commands.seed_demo_data import NOT_A_WHOLE_NUMBER
 from catalog.models import (
     BuildingDisplayOverride,
     CardStatus,
@@ -25,7 +25,7 @@ from catalog.models import (
     PropertyObjectDisplayOverride,
 )
 from tests.support import database_url_of_tests, run_manage
-from tests.factories import ProjectCardFactory, PropertyObjectCardFactory
+from tests.factories import ProjectCardFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -104,50 +104,38 @@ def test_the_same_seed_gives_the_same_mix():
 
 
 def test_reset_empties_a_demo_catalog_first():
+    seed_demo_data(projects=2, objects_per_project=1, reset=True, seed=None)
     seed_demo_data(projects=2, objects_per_project=1, reset=False, seed=None)
-    old_project = ProjectCardFactory()
-    old_object = PropertyObjectCardFactory(project_id=old_project.id)
+    old_projects = set(ProjectCard.objects.values_list("id", flat=True))
 
     seed_demo_data(projects=3, objects_per_project=2, reset=True, seed=None)
 
-    assert not ProjectCard.objects.filter(id=old_project.id).exists()
-    assert not PropertyObjectCard.objects.filter(id=old_object.id).exists()
+    assert not ProjectCard.objects.filter(id__in=old_projects).exists()
     assert ProjectCard.objects.count() == 3
     assert PropertyObjectCard.objects.count() == 6
 
 
-def with_cursor(function):
-    with connection.cursor() as cursor:
-        return function(cursor)
+def test_an_empty_catalog_and_a_seeded_one_are_demo_catalogs_whose_ids_are_demo_ids():
+    assert is_demo_catalog()
+
+    seed_demo_data(projects=20, objects_per_project=3, reset=True, seed=None)
+
+    assert is_demo_catalog()
+    ids = [*ProjectCard.objects.values_list("id", "developer_id"), *PropertyObjectCard.objects.values_list("id")]
+    assert {uuid.version for row in ids for uuid in row} == {8}  # RFC 9562's custom uuids
 
 
-def test_seeding_an_empty_catalog_marks_it_as_a_demo_catalog():
-    assert not with_cursor(is_demo_catalog)
-
-    seed_demo_data(projects=2, objects_per_project=1, reset=True, seed=None)
-
-    assert with_cursor(is_demo_catalog)
-
-
-def test_reset_refuses_a_catalog_the_demo_did_not_make_and_changes_nothing():
+@pytest.mark.parametrize("reset", [True, False], ids=["reset", "no reset"])
+def test_a_catalog_the_demo_did_not_make_is_refused_and_unchanged(reset):
     real_card = ProjectCardFactory()
 
     with pytest.raises(DemoDataRefused) as refused:
-        seed_demo_data(projects=2, objects_per_project=1, reset=True, seed=None)
+        seed_demo_data(projects=2, objects_per_project=1, reset=reset, seed=None)
 
-    assert str(refused.value) == REFUSED_RESET_OF_REAL_CATALOG.format(database=connection.settings_dict["NAME"])
+    assert str(refused.value) == REFUSED_REAL_CATALOG.format(database=connection.settings_dict["NAME"])
     assert list(ProjectCard.objects.values_list("id", flat=True)) == [real_card.id]
-    assert not with_cursor(is_demo_catalog)
-
-
-def test_demo_cards_added_to_a_real_catalog_do_not_make_it_a_demo_catalog():
-    ProjectCardFactory()
-    seed_demo_data(projects=2, objects_per_project=1, reset=False, seed=None)
-
-    with pytest.raises(DemoDataRefused):
-        seed_demo_data(projects=2, objects_per_project=1, reset=True, seed=None)
-
-    assert ProjectCard.objects.count() == 3
+    assert not PropertyObjectCard.objects.exists()
+    assert not is_demo_catalog()
 
 
 @pytest.mark.parametrize("reset", [True, False], ids=["reset", "no reset"])
@@ -161,26 +149,20 @@ def test_production_refuses_demo_data_even_on_an_empty_catalog(settings, reset):
     assert not ProjectCard.objects.exists()
 
 
-@pytest.fixture
-def committed_catalog_unmarked_afterwards(django_db_blocker):
-    """For tests whose manage.py processes commit: the conftest empties the tables, this removes the mark."""
-    yield
-    with django_db_blocker.unblock(), connection.cursor() as cursor:
-        cursor.execute("COMMENT ON SCHEMA catalog IS NULL")
-
-
 DEMO_RESET = ("seed_demo_data", "--reset", "--projects", "3", "--objects-per-project", "2")
 
 
 @pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
-@pytest.mark.usefixtures("committed_catalog_unmarked_afterwards")
-def test_make_demo_resets_on_a_fresh_database_and_again_on_a_rerun():
-    assert run_manage(*DEMO_RESET).returncode == 0  # an empty catalog: seeded and marked
-    rerun = run_manage(*DEMO_RESET)  # the catalog it made
-
-    assert rerun.returncode == 0, rerun.stderr
-    assert ProjectCard.objects.count() == 3
+def test_make_demo_runs_on_a_fresh_database_and_again_on_one_the_demo_seeded_and_purged():
+    for make_demo in ("on an empty catalog", "on the catalog the first make demo left"):
+        for command in (DEMO_RESET, ("purge_delisted", "--dry-run"), ("purge_delisted",)):
+            completed = run_manage(*command)
+            assert completed.returncode == 0, (make_demo, command, completed.stderr)
+        overdue = ProjectCard.objects.filter(
+            status=CardStatus.DELISTED, updated_at__lt=timezone.now() - timedelta(days=30)
+        )
+        assert ProjectCard.objects.exists() and not overdue.exists(), make_demo
 
 
 @pytest.mark.slow
@@ -194,7 +176,7 @@ def test_reset_of_a_real_catalog_fails_in_one_line_and_keeps_the_card():
     assert refused.stdout == ""
     database = database_url_of_tests().rsplit("/", 1)[1]
     assert refused.stderr.strip().splitlines() == [
-        f"CommandError: {REFUSED_RESET_OF_REAL_CATALOG.format(database=database)}"
+        f"CommandError: {REFUSED_REAL_CATALOG.format(database=database)}"
     ]
     assert list(ProjectCard.objects.values_list("id", flat=True)) == [real_card.id]
 
@@ -209,25 +191,51 @@ def test_the_command_refuses_in_production_in_one_line():
     assert refused.stderr.strip().splitlines() == [f"CommandError: {REFUSED_IN_PRODUCTION}"]
 
 
-def test_without_reset_seeding_adds_to_the_catalog():
-    old_project = ProjectCardFactory()
+def test_without_reset_seeding_adds_to_a_demo_catalog():
+    seed_demo_data(projects=2, objects_per_project=1, reset=True, seed=None)
+    old_projects = set(ProjectCard.objects.values_list("id", flat=True))
 
     summary = seed_demo_data(projects=3, objects_per_project=2, reset=False, seed=None)
 
     assert summary.project_cards == 3
-    assert ProjectCard.objects.filter(id=old_project.id).exists()
-    assert ProjectCard.objects.count() == 4
+    assert ProjectCard.objects.filter(id__in=old_projects).count() == 2
+    assert ProjectCard.objects.count() == 5
 
 
-@pytest.mark.parametrize(
-    ("option", "value"), [("--projects", "0"), ("--projects", "-3"), ("--objects-per-project", "0")]
-)
-def test_command_rejects_counts_below_one(option, value):
+# Full-width digits and digit separators are numbers to Python's int(), typos to an operator.
+NOT_COUNTS = ["0", "-3", "３", "1_0", "", "ten", "1.5"]
+
+
+@pytest.mark.parametrize("option", ["--projects", "--objects-per-project"])
+@pytest.mark.parametrize("value", NOT_COUNTS)
+def test_command_rejects_counts_that_are_not_plain_whole_numbers_of_at_least_one(option, value):
     with pytest.raises(CommandError) as raised:
         call_command("seed_demo_data", option, value)
 
-    assert str(raised.value) == COUNT_MUST_BE_POSITIVE.format(option=option.removeprefix("--"), value=value)
+    assert str(raised.value) == NOT_A_WHOLE_NUMBER.format(
+        option=option.removeprefix("--"), expected="a whole number of at least 1", value=value
+    )
     assert not ProjectCard.objects.exists()
+
+
+@pytest.mark.parametrize("value", ["３", "1_0", "", "1.5"])
+def test_command_rejects_a_seed_that_is_not_a_plain_whole_number(value):
+    with pytest.raises(CommandError) as raised:
+        call_command("seed_demo_data", "--seed", value)
+
+    assert str(raised.value) == NOT_A_WHOLE_NUMBER.format(option="seed", expected="a whole number", value=value)
+    assert not ProjectCard.objects.exists()
+
+
+@pytest.mark.slow
+def test_a_full_width_count_is_refused_in_one_line_on_the_command_line():
+    refused = run_manage("seed_demo_data", "--projects", "３")
+
+    assert refused.returncode == 1
+    assert refused.stderr.strip().splitlines() == [
+        "CommandError: "
+        + NOT_A_WHOLE_NUMBER.format(option="projects", expected="a whole number of at least 1", value="３")
+    ]
 
 
 def test_command_json_prints_one_object_on_stdout():

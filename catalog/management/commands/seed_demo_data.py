@@ -9,8 +9,9 @@ from dataclasses import asdict
 from django.core.management.base import BaseCommand, CommandError
 
 from catalog.demo_data import DemoDataRefused, DemoDataSummary, seed_demo_data
+from config.numbers import whole_number
 
-COUNT_MUST_BE_POSITIVE = "--{option} must be a whole number of at least 1, got {value}"
+NOT_A_WHOLE_NUMBER = "--{option} must be {expected} in plain digits (0-9), got {value!r}"
 
 
 class Command(BaseCommand):
@@ -20,29 +21,23 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser):
-        parser.add_argument("--projects", type=int, default=200, help="project cards to add (default 200)")
-        parser.add_argument(
-            "--objects-per-project", type=int, default=50, help="property objects per project (default 50)"
-        )
+        # Parsed by handle(), not by argparse's int(): that takes full-width digits and digit separators.
+        parser.add_argument("--projects", default="200", help="project cards to add (default 200)")
+        parser.add_argument("--objects-per-project", default="50", help="property objects per project (default 50)")
         parser.add_argument(
             "--reset", action="store_true",
-            help="empty the five catalog tables first (only an empty catalog or one this command made)",
+            help="empty the five catalog tables first (refused unless every row in them is demo data)",
         )
-        parser.add_argument("--seed", type=int, help="seed random(): the same seed gives the same mix")
+        parser.add_argument("--seed", help="seed random(): the same seed gives the same mix")
         parser.add_argument("--json", action="store_true", help="print the summary as one JSON object")
 
     def handle(self, *args, **options):
-        for option in ("projects", "objects_per_project"):
-            if options[option] < 1:
-                raise CommandError(
-                    COUNT_MUST_BE_POSITIVE.format(option=option.replace("_", "-"), value=options[option])
-                )
+        projects = number_option(options, "projects", minimum=1)
+        objects_per_project = number_option(options, "objects_per_project", minimum=1)
+        seed = None if options["seed"] is None else number_option(options, "seed")
         try:
             summary = seed_demo_data(
-                projects=options["projects"],
-                objects_per_project=options["objects_per_project"],
-                reset=options["reset"],
-                seed=options["seed"],
+                projects=projects, objects_per_project=objects_per_project, reset=options["reset"], seed=seed
             )
         except DemoDataRefused as refused:
             raise CommandError(str(refused)) from None
@@ -50,6 +45,19 @@ class Command(BaseCommand):
             self.stdout.write(json.dumps(asdict(summary)))
         else:
             self.stdout.write(describe(summary))
+
+
+def number_option(options: dict, name: str, *, minimum: int | None = None) -> int:
+    """The option's value as a whole number in plain digits, at least `minimum`; else one line (CommandError)."""
+    text = str(options[name])  # call_command() passes an int as it is
+    try:
+        value = whole_number(text)
+    except ValueError:
+        value = None
+    if value is None or (minimum is not None and value < minimum):
+        expected = "a whole number" if minimum is None else f"a whole number of at least {minimum}"
+        raise CommandError(NOT_A_WHOLE_NUMBER.format(option=name.replace("_", "-"), expected=expected, value=text))
+    return value
 
 
 def describe(summary: DemoDataSummary) -> str:
