@@ -29,6 +29,9 @@ from catalog.models import (
     PropertyObjectDisplayOverride,
 )
 
+# The app has no public site at "/" (it answers 404): no "View site" link in the admin's header.
+admin.site.site_url = None
+
 
 def planner_row_estimate(queryset: QuerySet) -> int:
     """How many rows the planner expects `queryset` to match (EXPLAIN: nothing is executed)."""
