@@ -67,7 +67,8 @@ def test_a_delisted_cards_page_says_when_it_becomes_deletable(staff_browser):
         text = deletable.locator(".readonly").inner_text()
         assert text.startswith(f"{card.updated_at + RETENTION:%Y-%m-%d %H:%M:%S} UTC {wording}")
         # Read-only: every field is text, nothing to submit, no delete link.
-        assert page.locator("#content-main input:not([type=hidden]), #content-main select, #content-main textarea").count() == 0
+        form_fields = "#content-main input:not([type=hidden]), #content-main select, #content-main textarea"
+        assert page.locator(form_fields).count() == 0
         assert_nothing_to_add_change_or_delete(page)
         if card is recent:
             staff_browser.screenshot("delisted-card-page.png")
@@ -109,7 +110,8 @@ def test_the_card_list_pages_and_filters_at_100000_cards(staff_browser):
     staff_browser.loaded()
     assert "status__exact=Delisted" in page.url
     # Exact below 10,000: no "about".
-    assert page.locator("p.paginator").inner_text().splitlines()[-1] == f"{CARDS // DELISTED_EVERY:,} property object cards"
+    count_line = page.locator("p.paginator").inner_text().splitlines()[-1]
+    assert count_line == f"{CARDS // DELISTED_EVERY:,} property object cards"
     assert listed_ids(page) == ids_on_page(1, [CardStatus.DELISTED])
     statuses = {cell.inner_text() for cell in page.locator("#result_list td.field-status").all()}
     assert statuses == {CardStatus.DELISTED}
@@ -138,5 +140,6 @@ def test_a_user_who_is_not_staff_stays_on_the_login_page(admin_browser, django_u
     page = admin_browser.log_in("visitor", "a-visitors-password", then=OBJECTS)
 
     assert page.url.startswith(admin_browser.url(reverse("admin:login")))
-    assert "Please enter the correct username and password for a staff account" in page.locator(".errornote").inner_text()
+    error = page.locator(".errornote").inner_text()
+    assert "Please enter the correct username and password for a staff account" in error
     assert page.locator("#result_list").count() == 0

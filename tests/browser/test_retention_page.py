@@ -46,7 +46,8 @@ def database_counts(retention: timedelta) -> dict:
             cursor.execute(DELISTED_COUNTS.format(table=table), {"retention": retention})
             delisted, overdue, oldest = cursor.fetchone()
             cursor.execute(DELETABLE_PER_DAY.format(table=table), {"retention": retention})
-            counts[kind] = {"delisted": delisted, "overdue": overdue, "oldest": oldest, "per_day": dict(cursor.fetchall())}
+            per_day = dict(cursor.fetchall())
+            counts[kind] = {"delisted": delisted, "overdue": overdue, "oldest": oldest, "per_day": per_day}
         cursor.execute(PROJECTS_HELD_BACK, {"retention": retention})
         counts["held_back"] = cursor.fetchone()[0]
         cursor.execute("SELECT current_date")
@@ -140,7 +141,7 @@ def test_the_chart_draws_the_numbers_of_the_database_and_says_them_in_text(staff
         "now": (counts["property_objects"]["overdue"], counts["projects"]["overdue"]),
         "after-last-run": (counts["property_objects"]["overdue"], counts["projects"]["overdue"]),  # nothing since
         **{
-            day.isoformat(): (counts["property_objects"]["per_day"].get(day, 0), counts["projects"]["per_day"].get(day, 0))
+            day.isoformat(): tuple(counts[kind]["per_day"].get(day, 0) for kind in ("property_objects", "projects"))
             for day in days
         },
     }

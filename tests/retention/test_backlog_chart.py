@@ -112,7 +112,9 @@ def test_a_day_above_a_nights_capacity_shows_the_capacity_line():
     assert chart.after_last_run is None and chart.overdue_now.cards == 0
 
 
-@pytest.mark.parametrize(("value", "ceiling"), [(0, 1), (1, 1), (7, 10), (10, 10), (11, 20), (3417, 5000), (200_000, 200_000)])
+@pytest.mark.parametrize(
+    ("value", "ceiling"), [(0, 1), (1, 1), (7, 10), (10, 10), (11, 20), (3417, 5000), (200_000, 200_000)]
+)
 def test_scales_end_on_a_round_number(value, ceiling):
     assert nice_ceiling(value) == ceiling
 
