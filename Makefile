@@ -23,7 +23,10 @@ BENCH_PEER_ROUNDS ?= 2
 BENCH_ADMIN_CARDS ?= 1000000
 BENCH_ADMIN_BACKLOG ?= 200000
 
-.PHONY: demo demo-stop test migrate bench
+# `make admin` serves the app here (loopback only).
+ADMIN_ADDRESS ?= 127.0.0.1:8000
+
+.PHONY: demo demo-stop test migrate bench admin screenshots
 
 $(VENV)/.installed: requirements.txt
 	python3 -m venv $(VENV)
@@ -42,7 +45,8 @@ demo: $(VENV)/.installed
 	$(PY) manage.py migrate --noinput -v 0 && \
 	$(PY) manage.py seed_demo_data --reset --projects $(DEMO_PROJECTS) --objects-per-project $(DEMO_OBJECTS_PER_PROJECT) && \
 	$(PY) manage.py purge_delisted --dry-run && \
-	$(PY) manage.py purge_delisted
+	$(PY) manage.py purge_delisted && \
+	echo "To see the backlog as staff do: make admin (a staff user, and the admin on http://$(ADMIN_ADDRESS)/admin/)"
 
 # Stops the embedded PostgreSQL (pgserver) that demo or test started when 127.0.0.1:5432 did not answer, and
 # deletes its data directory .pgserver/; says so when there is none.
@@ -52,6 +56,20 @@ demo-stop: $(VENV)/.installed
 test: $(VENV)/.installed
 	scripts/install_test_tools.sh
 	DATABASE_URL="$(DB_URL)" $(PY) -m pytest $(PYTEST_ARGS)
+
+# A helper after `make demo`: on the demo catalog only (refused in one line on any other, and with
+# APP_ENV=production), a staff user with a new random password, printed once; then the app on $(ADMIN_ADDRESS)
+# until Ctrl-C.
+admin: $(VENV)/.installed
+	@export DATABASE_URL="$(DB_URL)" && \
+	$(PY) manage.py demo_admin --address $(ADMIN_ADDRESS) && \
+	exec $(PY) manage.py runserver $(ADMIN_ADDRESS) --noreload
+
+# The README's pictures of what staff see, taken by the browser tests into docs/images/.
+screenshots: $(VENV)/.installed
+	scripts/install_test_tools.sh
+	mkdir -p docs/images
+	SCREENSHOTS_DIR="$(CURDIR)/docs/images" DATABASE_URL="$(DB_URL)" $(PY) -m pytest tests/browser -q
 
 bench: $(VENV)/.bench-installed
 	$(PY) -m bench.run --database-url "$(DB_URL)" --small-cards $(BENCH_SMALL_CARDS) \

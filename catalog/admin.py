@@ -29,6 +29,9 @@ from catalog.models import (
     PropertyObjectDisplayOverride,
 )
 
+# The app has no public site at "/" (it answers 404): no "View site" link in the admin's header.
+admin.site.site_url = None
+
 
 def planner_row_estimate(queryset: QuerySet) -> int:
     """How many rows the planner expects `queryset` to match (EXPLAIN: nothing is executed)."""
@@ -143,9 +146,10 @@ class CardAdmin(ReadOnlyAdmin):
         except OverflowError:
             return "— (DELISTED_RETENTION_PERIOD_DAYS is out of range)"
         when = date_format(timezone.localtime(deletable), "Y-m-d H:i:s e")
-        if deletable > timezone.now():
-            return f"{when} (in {timeuntil(deletable)})"
-        return f"{when} (overdue for {timesince(deletable)})"
+        timing = f"in {timeuntil(deletable)}" if deletable > timezone.now() else f"overdue for {timesince(deletable)}"
+        if isinstance(card, ProjectCard):
+            return f"{when} ({timing}), once none of its property-object cards remains"
+        return f"{when} ({timing})"
 
 
 @admin.register(ProjectCard)

@@ -144,6 +144,9 @@ STATIC_URL = "static/"
 # would warn about a missing one at every start).
 STATIC_ROOT = BASE_DIR / "staticfiles" if PRODUCTION else None
 WHITENOISE_USE_FINDERS = not PRODUCTION
+# Served at the site's root, in production too (no collectstatic): the favicon.ico every browser asks for, which
+# otherwise answers 404 and shows as an error in the console of every admin page.
+WHITENOISE_ROOT = BASE_DIR / "config" / "root"
 
 # /metrics (config/metrics_auth.py): with a token, only scrapes sending `Authorization: Bearer <token>`; without
 # one, open in development and closed in production.

@@ -1,7 +1,8 @@
 """The "Delisted retention" admin page: what waits for the nightly job, at which limits, what the next run would do,
 and how the last one went. Staff only, read-only, and a fixed number of queries whatever the table sizes: the
-backlog aggregates and one held-back count (retention.backlog), from which the preview of the next run is reckoned
-(retention.backlog.preview_run) rather than counted again. The last run comes from the metrics sink the job writes.
+backlog aggregates, one held-back count and the cards becoming deletable on each of the next days
+(retention.backlog), from which the preview of the next run is reckoned (retention.backlog.preview_run) rather than
+counted again and the chart drawn (retention.chart). The last run comes from the metrics sink the job writes.
 """
 
 import math
@@ -16,10 +17,12 @@ from django.urls import path
 from catalog.admin import ReadOnlyAdmin
 from retention.backlog import (
     compute_cutoff,
+    count_becoming_deletable,
     count_projects_held_back_after_overdue_objects,
     measure_backlog,
     preview_run,
 )
+from retention.chart import CHART_DAYS, BacklogChart, backlog_chart
 from retention.limits import PurgeLimits, PurgeLimitsError, settings_rows
 from retention.metrics import (
     BATCHES_PROCESSED,
@@ -119,6 +122,9 @@ def backlog_report(*, using: str = "default") -> dict:
     return {
         "limit_rows": limit_rows,
         "backlog": backlog,
+        "deletable_on": count_becoming_deletable(
+            cutoff=cutoff, retention=limits.retention, days=CHART_DAYS, using=using
+        ),
         "days_past_due": {
             "property_objects": days(backlog.property_objects.overdue_age(cutoff)),
             "projects": days(backlog.projects.overdue_age(cutoff)),
@@ -132,6 +138,19 @@ def backlog_report(*, using: str = "default") -> dict:
             batch_size=limits.batch_size, max_batches=limits.max_batches,
         ),
     }
+
+
+def chart_of(report: dict, last_run: LastRun | None) -> BacklogChart | None:
+    """The backlog chart of a backlog_report, with the overdue cards the last run left when the sink holds them."""
+    if "settings_error" in report:
+        return None
+    left_by_last_run = None
+    if last_run is not None and last_run.overdue_property_objects_left is not None:
+        left_by_last_run = (last_run.overdue_property_objects_left, last_run.overdue_projects_left)
+    return backlog_chart(
+        backlog=report["backlog"], deletable_on=report["deletable_on"], cards_per_night=report["cards_per_run"],
+        nights_needed=report["nightly_runs_needed"], last_run_overdue=left_by_last_run,
+    )
 
 
 @admin.register(DelistedRetention)
@@ -153,11 +172,14 @@ class DelistedRetentionAdmin(ReadOnlyAdmin):
     def changelist_view(self, request, extra_context=None):
         if not self.has_view_permission(request):
             raise PermissionDenied
+        report = backlog_report()
+        last_run = read_last_run()
         context = {
             **self.admin_site.each_context(request),
             "title": "Delisted retention",
             "opts": self.model._meta,
-            **backlog_report(),
-            **read_last_run(),
+            **report,
+            **last_run,
+            "chart": chart_of(report, last_run.get("last_run")),
         }
         return TemplateResponse(request, "admin/retention/delisted_retention.html", context)

@@ -9,12 +9,13 @@ and the admin page use it too.
 The admin page adds one count (the projects still held back once the overdue property objects are gone) and
 previews the next run by arithmetic on these counts (preview_run) instead of running the job's dry run on every
 load; the dry run (retention.service.preview_purge) runs the same arithmetic, simulate_batches, on exact counts.
+Its chart adds what becomes deletable on each of the next days (count_becoming_deletable), one more statement.
 """
 
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
-from datetime import datetime, timedelta
+from datetime import date, datetime, timedelta
 
 from django.db import connections
 from django.db.models import Exists, OuterRef, Q
@@ -42,6 +43,24 @@ WITH objects AS (
 SELECT objects.counted, objects.overdue, objects.oldest_delisted_at,
        projects.counted, projects.overdue, projects.oldest_delisted_at, projects.held_back
   FROM objects, projects
+"""
+
+# The Delisted cards that become deletable on each of the next `days` days (in the session's time zone: Django's
+# TIME_ZONE), from now on: their updated_at + retention falls in that day and after the cutoff. One index-only range
+# count per day and kind on the partial indexes: at 1M cards with 52,000 not yet overdue, 4-5 ms, where a GROUP BY
+# of the same index entries by a day computed per row took 15-28 ms (the per-row expression and a HashAggregate).
+COUNT_BECOMING_DELETABLE = """
+SELECT day::date,
+       (SELECT count(*) FROM catalog.property_object_cards
+         WHERE status = 'Delisted' AND updated_at >= greatest(day - %(retention)s, %(cutoff)s)
+           AND updated_at < day + interval '1 day' - %(retention)s),
+       (SELECT count(*) FROM catalog.project_cards
+         WHERE status = 'Delisted' AND updated_at >= greatest(day - %(retention)s, %(cutoff)s)
+           AND updated_at < day + interval '1 day' - %(retention)s)
+  FROM generate_series(date_trunc('day', %(cutoff)s + %(retention)s),
+                       date_trunc('day', %(cutoff)s + %(retention)s) + (%(days)s - 1) * interval '1 day',
+                       interval '1 day') AS day
+ ORDER BY day
 """
 
 
@@ -120,6 +139,28 @@ def measure_backlog(
         property_objects = property_objects.plus_delisted(within_window_from.property_objects.within_window)
         projects = projects.plus_delisted(within_window_from.projects.within_window)
     return Backlog(cutoff=cutoff, property_objects=property_objects, projects=projects)
+
+
+@dataclass(frozen=True)
+class DeletableOn:
+    """The Delisted cards, not overdue yet, whose retention period ends on `day`."""
+
+    day: date
+    property_objects: int
+    projects: int
+
+    @property
+    def cards(self) -> int:
+        return self.property_objects + self.projects
+
+
+def count_becoming_deletable(
+    *, cutoff: datetime, retention: timedelta, days: int, using: str = "default"
+) -> list[DeletableOn]:
+    """Per day, today (from now on) first, the cards becoming deletable: the arrivals of the next nightly runs."""
+    with connections[using].cursor() as cursor:
+        cursor.execute(COUNT_BECOMING_DELETABLE, {"cutoff": cutoff, "retention": retention, "days": days})
+        return [DeletableOn(day, property_objects, projects) for day, property_objects, projects in cursor.fetchall()]
 
 
 def count_projects_held_back_after_overdue_objects(*, cutoff: datetime, using: str = "default") -> int:

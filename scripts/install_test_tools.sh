@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# Debian tools the test suite runs for real: a Pushgateway, promtool, PgBouncer and
-# systemd-analyze. Idempotent: installs only
+# Debian tools the test suite runs for real: a Pushgateway, promtool, PgBouncer, systemd-analyze and Chromium (the
+# browser tests drive it with Playwright, whose own browser download is not used). Idempotent: installs only
 # what is missing and refreshes the package index only then. Needs root and apt-get (CI has both); without them it
 # says so, and the tests that need a missing tool skip with that reason.
 set -euo pipefail
 
 declare -A PACKAGE_OF_TOOL=(
     [prometheus-pushgateway]=prometheus-pushgateway [promtool]=prometheus [pgbouncer]=pgbouncer [systemd-analyze]=systemd
+    [chromium]=chromium
 )
 
 missing=()

@@ -1,0 +1,175 @@
+"""The Delisted retention page in a browser, on demo data: the counts, the limits, the preview and the chart read
+what the database holds, counted here by statements of the test's own."""
+
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+from django.urls import reverse
+
+from catalog.demo_admin import DEMO_STAFF_USERNAME, create_staff_user
+from catalog.demo_data import seed_demo_data
+from retention.chart import CHART_DAYS
+from tests.support import purge
+
+# The live server's requests see only committed data; the catalog is emptied after each test (tests/conftest.py).
+pytestmark = pytest.mark.django_db(transaction=True)
+
+PAGE = reverse("admin:retention_delistedretention_changelist")
+# Small limits, so that the demo backlog takes more than one night and the chart draws its night lines.
+BATCH_SIZE, MAX_BATCHES = 100, 2
+
+DELISTED_COUNTS = """
+SELECT count(*), count(*) FILTER (WHERE updated_at < now() - %(retention)s), min(updated_at)
+  FROM catalog.{table} WHERE status = 'Delisted'
+"""
+PROJECTS_HELD_BACK = """
+SELECT count(*) FROM catalog.project_cards AS project
+ WHERE status = 'Delisted' AND updated_at < now() - %(retention)s
+   AND EXISTS (SELECT FROM catalog.property_object_cards WHERE project_id = project.id)
+"""
+DELETABLE_PER_DAY = """
+SELECT (updated_at + %(retention)s)::date, count(*)
+  FROM catalog.{table} WHERE status = 'Delisted' AND updated_at >= now() - %(retention)s
+ GROUP BY 1
+"""
+
+
+def number(text: str) -> int:
+    return int(text.strip().replace(",", ""))
+
+
+def database_counts(retention: timedelta) -> dict:
+    with connection.cursor() as cursor:
+        counts = {}
+        for kind, table in (("property_objects", "property_object_cards"), ("projects", "project_cards")):
+            cursor.execute(DELISTED_COUNTS.format(table=table), {"retention": retention})
+            delisted, overdue, oldest = cursor.fetchone()
+            cursor.execute(DELETABLE_PER_DAY.format(table=table), {"retention": retention})
+            per_day = dict(cursor.fetchall())
+            counts[kind] = {"delisted": delisted, "overdue": overdue, "oldest": oldest, "per_day": per_day}
+        cursor.execute(PROJECTS_HELD_BACK, {"retention": retention})
+        counts["held_back"] = cursor.fetchone()[0]
+        cursor.execute("SELECT current_date")
+        counts["today"] = cursor.fetchone()[0]
+    return counts
+
+
+def rows_by_heading(page, table: str) -> dict[str, str]:
+    return {
+        row.locator("th").inner_text().strip(): row.locator("td").inner_text().strip()
+        for row in page.locator(f"{table} tbody tr").all()
+    }
+
+
+@pytest.fixture
+def demo_night(settings, tmp_path):
+    """Demo data at small limits after one night's run, which left the rest of the backlog (the metrics textfile)."""
+    settings.DELISTED_RETENTION_BATCH_SIZE = BATCH_SIZE
+    settings.DELISTED_RETENTION_MAX_BATCHES_PER_RUN = MAX_BATCHES
+    settings.DELISTED_RETENTION_METRICS_TEXTFILE = str(tmp_path / "catalog_delisted_retention.prom")
+    seed_demo_data(projects=200, objects_per_project=20, reset=False, seed=20)
+    return purge(batch_size=BATCH_SIZE, max_batches=MAX_BATCHES)
+
+
+def test_staff_log_in_and_see_the_backlog_limits_and_preview_the_database_and_a_dry_run_give(
+    admin_browser, demo_night, settings
+):
+    retention = timedelta(days=settings.DELISTED_RETENTION_PERIOD_DAYS)
+
+    page = admin_browser.log_in(DEMO_STAFF_USERNAME, create_staff_user(), then=PAGE)
+
+    assert page.url == admin_browser.url(PAGE)
+    counts = database_counts(retention)
+    for kind, row in (("property_objects", "#backlog-property-objects"), ("projects", "#backlog-projects")):
+        cells = page.locator(f"{row} td")
+        assert number(cells.nth(1).inner_text()) == counts[kind]["delisted"]
+        assert number(cells.nth(2).inner_text()) == counts[kind]["overdue"]
+        assert cells.nth(3).inner_text() == f"{counts[kind]['oldest']:%Y-%m-%d %H:%M:%S} UTC"
+    assert number(page.locator("#backlog-projects .held-back").inner_text()) == counts["held_back"]
+
+    limits = {
+        row.locator("td").nth(0).inner_text(): row.locator("td").nth(1).inner_text().strip()
+        for row in page.locator("#limits tbody tr").all()
+    }
+    assert limits["DELISTED_RETENTION_PERIOD_DAYS"] == f"{settings.DELISTED_RETENTION_PERIOD_DAYS} days"
+    assert limits["DELISTED_RETENTION_BATCH_SIZE"] == str(BATCH_SIZE)
+    assert limits["DELISTED_RETENTION_MAX_BATCHES_PER_RUN"] == str(MAX_BATCHES)
+
+    dry_run = purge(dry_run=True, batch_size=BATCH_SIZE, max_batches=MAX_BATCHES)
+    preview = rows_by_heading(page, "#preview")
+    assert number(preview["Property object cards to delete"]) == dry_run.deleted_property_object_cards
+    assert number(preview["Project cards to delete"]) == dry_run.deleted_project_cards
+    assert number(preview["Batches"]) == dry_run.batches_processed
+    assert preview["Work left for later runs"] == ("yes" if dry_run.has_more else "no")
+    assert dry_run.has_more  # the preview stops where the run would, at MaxBatchesPerRun
+
+    last_run = rows_by_heading(page, "#last-run")
+    assert last_run["Outcome"].startswith("has_more")
+    assert number(last_run["Batches committed"]) == demo_night.batches_processed == MAX_BATCHES
+
+
+def chart_bars(page) -> dict[str, dict]:
+    bars = {}
+    for bar in page.locator("#backlog-chart svg g.bar").all():
+        heights = [float(rect.get_attribute("height")) for rect in bar.locator("rect").all()]
+        bars[bar.get_attribute("data-key")] = {
+            "cards": (number(bar.get_attribute("data-property-objects")), number(bar.get_attribute("data-projects"))),
+            "height": sum(heights),
+            "title": bar.locator("title").text_content(),
+        }
+    return bars
+
+
+def chart_table(page) -> dict[str, tuple[int, int]]:
+    return {
+        row.get_attribute("data-key"): (
+            number(row.locator("td.property-objects").text_content()), number(row.locator("td.projects").text_content())
+        )
+        for row in page.locator("#backlog-chart-data tbody tr").all()
+    }
+
+
+def test_the_chart_draws_the_numbers_of_the_database_and_says_them_in_text(staff_browser, demo_night, settings):
+    retention = timedelta(days=settings.DELISTED_RETENTION_PERIOD_DAYS)
+
+    page = staff_browser.open(PAGE)
+
+    counts = database_counts(retention)
+    days = [counts["today"] + timedelta(days=n) for n in range(CHART_DAYS)]
+    expected = {
+        "now": (counts["property_objects"]["overdue"], counts["projects"]["overdue"]),
+        "after-last-run": (counts["property_objects"]["overdue"], counts["projects"]["overdue"]),  # nothing since
+        **{
+            day.isoformat(): tuple(counts[kind]["per_day"].get(day, 0) for kind in ("property_objects", "projects"))
+            for day in days
+        },
+    }
+    assert sum(sum(cards) for key, cards in expected.items() if key not in ("now", "after-last-run")) > 0
+    bars = chart_bars(page)
+    assert {key: bar["cards"] for key, bar in bars.items()} == expected
+    assert chart_table(page) == expected
+
+    # Drawn to scale: within each panel a bar's height is its number of cards times the same factor.
+    for panel in (("now", "after-last-run"), [day.isoformat() for day in days]):
+        drawn = [(sum(bars[key]["cards"]), bars[key]["height"]) for key in panel]
+        tallest_cards, tallest_height = max(drawn)
+        assert all(height == pytest.approx(cards / tallest_cards * tallest_height, abs=0.02) for cards, height in drawn)
+    overdue_now = sum(expected["now"])
+    nights = -(-overdue_now // (BATCH_SIZE * MAX_BATCHES))
+    assert nights == 3
+    caption = page.locator("#backlog-chart figcaption").inner_text()
+    assert f"Overdue now: {overdue_now:,} cards" in caption and "the job needs 3 nights to clear them" in caption
+    assert page.locator("#backlog-chart desc").text_content().strip() == caption
+    assert [label.text_content() for label in page.locator("#backlog-chart-overdue .limit-label").all()] == [
+        "1 night", "2 nights",
+    ]
+    staff_browser.screenshot("delisted-retention-page.png")
+
+
+def test_the_page_offers_no_form_and_no_control_to_change_anything(staff_browser, demo_night):
+    page = staff_browser.open(PAGE)
+
+    assert page.locator("#content-main form, #content-main input, #content-main button").count() == 0
+    assert page.locator("a.addlink, a.changelink, a.deletelink").count() == 0
+
