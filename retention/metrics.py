@@ -308,7 +308,7 @@ class RunMetrics:
                     continue
             self.log.warning(
                 "metrics not exported: the export took its whole %s s", EXPORT_TIMEOUT_SECONDS,
-                extra={"sink": str(sink)},
+                extra={"sink": str(sink), "timeout_seconds": EXPORT_TIMEOUT_SECONDS},
             )
 
     def export_to(
