@@ -358,7 +358,7 @@ def purge_delisted_cards(
     settings switch on (retention.metrics). Raises PurgeFailed when the run failed, with what it did before.
     """
     limits = limits or PurgeLimits.from_settings()
-    using = using or settings.DELISTED_RETENTION_LOCK_DATABASE
+    using = settings.DELISTED_RETENTION_LOCK_DATABASE if using is None else using
     run_id = uuid.uuid4()
     run = Run(limits=limits, using=using, stop=stop or StopRequest(), log=RunLog(logger, {"run_id": str(run_id)}),
               run_id=run_id)
