@@ -199,7 +199,11 @@ ORPHAN_BUILDING_OVERRIDES = Phase(
     deleted_cards=None,
     deleted_overrides="deleted_building_overrides",
 )
-PHASES = (PROPERTY_OBJECTS, PROJECTS, ORPHAN_OBJECT_OVERRIDES, ORPHAN_BUILDING_OVERRIDES)
+# The orphans first, oldest first: a run stopped on its limits in the card phases has then looked at every orphan
+# within the window, so none outlives the sweep while runs come more often than the window. Orphans are rare (a
+# writer outside the protocol); a flood of them costs batches the card phases wait for, and shows as has_more and
+# the backlog's age, where orphans left behind would show nowhere.
+PHASES = (ORPHAN_OBJECT_OVERRIDES, ORPHAN_BUILDING_OVERRIDES, PROPERTY_OBJECTS, PROJECTS)
 CARD_PHASES = (PROPERTY_OBJECTS, PROJECTS)
 
 
