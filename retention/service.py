@@ -484,7 +484,8 @@ def run_phases(run: Run, on_batch: Callable[[int], None]) -> StopReason:
                     return stop.reason
                 if outcome is None:
                     return run.reason_to_stop()
-            last_batch_seconds = time.monotonic() - started
+            # The pause rests the database after work; an empty selection (a phase ran dry) did none.
+            last_batch_seconds = time.monotonic() - started if outcome.selected else None
             if outcome.selected:
                 on_batch(outcome.deleted_cards)
             if outcome.selected < run.limits.batch_size:
