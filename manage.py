@@ -14,12 +14,24 @@ def main():
         execute_from_command_line(sys.argv)
     except ImproperlyConfigured as error:
         # A bad deploy setting is an operator's mistake, not a bug: one line, exit 2.
-        print(f"configuration error: {error}", file=sys.stderr)
+        print(configuration_error_line(error), file=sys.stderr)
         sys.exit(2)
     except Exception:
         # Through logging, so that with LOG_FORMAT=json even a traceback is one JSON line.
         logging.getLogger("manage").exception("unexpected error")
         sys.exit(1)
+
+
+def configuration_error_line(error) -> str:
+    """In the log format asked for: the settings that configure logging may be what failed, so LOG_FORMAT is read
+    from the environment."""
+    message = f"configuration error: {error}"
+    if os.environ.get("LOG_FORMAT", "").strip().lower() != "json":
+        return message
+    from config.logging import JsonFormatter
+
+    record = logging.makeLogRecord({"name": "manage", "levelname": "ERROR", "levelno": logging.ERROR, "msg": message})
+    return JsonFormatter().format(record)
 
 
 if __name__ == "__main__":

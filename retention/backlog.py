@@ -181,7 +181,8 @@ def simulate_batches(
 ) -> tuple[list[int], int, StopReason]:
     """The job's loop (retention.service.run_phases) on counts: how many rows each card phase takes, how many
     batches, why it stops. A batch is counted when it selects something; a phase ends on a short batch; max_batches
-    is checked before every batch, the first selection of the orphan-override phases included."""
+    is checked before every batch. The orphan-override phases come first and are left out (a preview does not count
+    orphans), so a run whose card phases ran dry completed."""
     batches = 0
     taken = [0] * len(available)
     for phase, count in enumerate(available):
@@ -194,7 +195,7 @@ def simulate_batches(
                 taken[phase] += take
             if take < batch_size:
                 break
-    return taken, batches, StopReason.MAX_BATCHES if batches >= max_batches else StopReason.COMPLETED
+    return taken, batches, StopReason.COMPLETED
 
 
 @dataclass(frozen=True)

@@ -294,33 +294,45 @@ class RunMetrics:
         self.export(result=result, backlog=backlog)
 
     def export(self, *, result: PurgeResult | None = None, backlog: Backlog | None = None) -> None:
+        # Socket timeouts bound each read, not a whole request (a gateway that drips a byte a second never trips
+        # them), so each sink is exported in a daemon thread joined by the one deadline; a thread left behind dies
+        # with the process.
         deadline = time.monotonic() + EXPORT_TIMEOUT_SECONDS
         for sink in self.sinks:
             left = deadline - time.monotonic()
-            if left <= 0:
-                self.log.warning(
-                    "metrics not exported: the export took its whole %s s", EXPORT_TIMEOUT_SECONDS,
-                    extra={"sink": str(sink)},
-                )
-                continue
+            if left > 0:
+                worker = threading.Thread(target=self.export_to, args=(sink, result, backlog, left), daemon=True)
+                worker.start()
+                worker.join(timeout=left)
+                if not worker.is_alive():
+                    continue
+            self.log.warning(
+                "metrics not exported: the export took its whole %s s", EXPORT_TIMEOUT_SECONDS,
+                extra={"sink": str(sink), "timeout_seconds": EXPORT_TIMEOUT_SECONDS},
+            )
+
+    def export_to(
+        self, sink: Textfile | Pushgateway, result: PurgeResult | None, backlog: Backlog | None, timeout: float
+    ) -> None:
+        deadline = time.monotonic() + timeout
+        try:
             try:
-                try:
-                    metrics = sink.read(timeout=left)
-                except CorruptSink as error:
-                    self.log.warning("metrics sink unreadable, rewritten whole", extra={"sink": str(sink),
-                                                                                       "error": str(error)})
-                    metrics = JobMetrics()
-                if backlog is not None:
-                    metrics.backlog = backlog_values(backlog)
-                    metrics.oldest_overdue_age = oldest_overdue_age_values(backlog)
-                if result is not None:
-                    metrics.add_run(result, max_duration=self.max_duration)
-                sink.write(metrics, timeout=max(0.001, deadline - time.monotonic()))
-            except Exception as error:
-                self.log.warning(
-                    "metrics not exported: %s", error,
-                    extra={"sink": str(sink), "timeout_seconds": EXPORT_TIMEOUT_SECONDS},
-                )
+                metrics = sink.read(timeout=timeout)
+            except CorruptSink as error:
+                self.log.warning("metrics sink unreadable, rewritten whole", extra={"sink": str(sink),
+                                                                                   "error": str(error)})
+                metrics = JobMetrics()
+            if backlog is not None:
+                metrics.backlog = backlog_values(backlog)
+                metrics.oldest_overdue_age = oldest_overdue_age_values(backlog)
+            if result is not None:
+                metrics.add_run(result, max_duration=self.max_duration)
+            sink.write(metrics, timeout=max(0.001, deadline - time.monotonic()))
+        except Exception as error:
+            self.log.warning(
+                "metrics not exported: %s", error,
+                extra={"sink": str(sink), "timeout_seconds": EXPORT_TIMEOUT_SECONDS},
+            )
 
 
 class BacklogCollector(Collector):

@@ -199,7 +199,11 @@ ORPHAN_BUILDING_OVERRIDES = Phase(
     deleted_cards=None,
     deleted_overrides="deleted_building_overrides",
 )
-PHASES = (PROPERTY_OBJECTS, PROJECTS, ORPHAN_OBJECT_OVERRIDES, ORPHAN_BUILDING_OVERRIDES)
+# The orphans first, oldest first: a run stopped on its limits in the card phases has then looked at every orphan
+# within the window, so none outlives the sweep while runs come more often than the window. Orphans are rare (a
+# writer outside the protocol); a flood of them costs batches the card phases wait for, and shows as has_more and
+# the backlog's age, where orphans left behind would show nowhere.
+PHASES = (ORPHAN_OBJECT_OVERRIDES, ORPHAN_BUILDING_OVERRIDES, PROPERTY_OBJECTS, PROJECTS)
 CARD_PHASES = (PROPERTY_OBJECTS, PROJECTS)
 
 
@@ -358,7 +362,7 @@ def purge_delisted_cards(
     settings switch on (retention.metrics). Raises PurgeFailed when the run failed, with what it did before.
     """
     limits = limits or PurgeLimits.from_settings()
-    using = using or settings.DELISTED_RETENTION_LOCK_DATABASE
+    using = settings.DELISTED_RETENTION_LOCK_DATABASE if using is None else using
     run_id = uuid.uuid4()
     run = Run(limits=limits, using=using, stop=stop or StopRequest(), log=RunLog(logger, {"run_id": str(run_id)}),
               run_id=run_id)
@@ -480,7 +484,8 @@ def run_phases(run: Run, on_batch: Callable[[int], None]) -> StopReason:
                     return stop.reason
                 if outcome is None:
                     return run.reason_to_stop()
-            last_batch_seconds = time.monotonic() - started
+            # The pause rests the database after work; an empty selection (a phase ran dry) did none.
+            last_batch_seconds = time.monotonic() - started if outcome.selected else None
             if outcome.selected:
                 on_batch(outcome.deleted_cards)
             if outcome.selected < run.limits.batch_size:

@@ -51,6 +51,15 @@ class HelpFormatter(DjangoHelpFormatter, argparse.RawDescriptionHelpFormatter):
     """Django's option order, and the exit codes' lines kept as written."""
 
 
+def accepted_range(limit) -> str:
+    """What `--help` says an option accepts: a minimum of 0 means off, one of None greater than 0."""
+    unit = f" {limit.unit}" if limit.is_duration else ""
+    if limit.minimum is None:
+        return f"1..{number(limit.maximum)}{unit}"
+    off = ", 0 = off" if limit.minimum == 0 else ""
+    return f"{number(limit.minimum)}..{number(limit.maximum)}{unit}{off}"
+
+
 class Command(BaseCommand):
     help = "Physically delete catalog cards Delisted longer than the retention period, in bounded batches."
     # Options override settings, so the settings check (retention.checks) must not stop a run the options fix;
@@ -69,8 +78,7 @@ class Command(BaseCommand):
             if limit.option:
                 parser.add_argument(
                     limit.option, dest=limit.field, type=decimal_number if limit.unit == "factor" else whole_number,
-                    metavar="N", help=f"{limit.description}, {number(limit.minimum or 1)}..{number(limit.maximum)}"
-                    f"{' ' + limit.unit if limit.is_duration else ''} "
+                    metavar="N", help=f"{limit.description}, {accepted_range(limit)} "
                     f"(default: {limit.setting} = {getattr(settings, limit.setting)})",
                 )
         parser.add_argument(
@@ -95,7 +103,8 @@ class Command(BaseCommand):
             limits = PurgeLimits.from_settings({field: options.get(field) for field in LIMIT_OF_FIELD})
         except PurgeLimitsError as error:
             raise CommandError(str(error), returncode=2) from None
-        using = options["database"] or settings.DELISTED_RETENTION_LOCK_DATABASE
+        # `--database ''` is a mistake, not a request for the default.
+        using = settings.DELISTED_RETENTION_LOCK_DATABASE if options["database"] is None else options["database"]
         if using not in settings.DATABASES:
             raise CommandError(
                 f"--database: no database alias {using!r} (configured: {', '.join(settings.DATABASES)})",
