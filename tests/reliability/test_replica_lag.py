@@ -22,6 +22,7 @@ pytestmark = pytest.mark.slow
 
 MAX_LAG_SECONDS = 1
 OVERDUE = 30
+JOB_HOLDS_ITS_LOCK = "SELECT EXISTS (SELECT FROM pg_locks WHERE locktype = 'advisory' AND granted)"
 
 
 @pytest.fixture(scope="module")
@@ -92,7 +93,11 @@ def test_a_lagging_standby_stops_the_run_with_replica_lag_once_the_wait_runs_out
 
 def test_the_run_continues_once_replay_resumes(overdue_catalog, lagging_standby):
     job = start_purge(lagging_standby, "--replica-lag-wait-seconds", "60", "--batch-size", "10")
-    time.sleep(2)  # the job waits meanwhile: the standby lags and nothing resumes it
+    # From when it holds its lock the job waits: the standby lags and nothing resumes it. Counting from the job's
+    # launch instead, a slow start-up on a busy host ate into the 2 s.
+    with psycopg.connect(lagging_standby.primary_url, autocommit=True) as primary:
+        wait_for(lambda: primary.execute(JOB_HOLDS_ITS_LOCK).fetchone()[0], what="the job to take its lock")
+    time.sleep(2)
     lagging_standby.resume_replay()
 
     result, stderr = finished(job)
