@@ -4,7 +4,10 @@ and SIGTERM; a pool that does not reset its sessions gets its stale lock release
 
 import json
 import signal
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import psycopg
 import pytest
@@ -17,6 +20,7 @@ from tests.reliability.test_pgbouncer import purge_through
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 TRIALS = 20
+POOL_SIZE = 5
 
 
 def one_error_line(stderr: str) -> str:
@@ -25,14 +29,38 @@ def one_error_line(stderr: str) -> str:
     return line.partition("purge_delisted: error: ")[2]
 
 
+@contextmanager
+def busy_clients(url: str, count: int) -> Iterator[None]:
+    """`count` other clients running short transactions through the pool without pause, after every server of the
+    pool was opened (warm): the job's transactions and a probe of its own land on whichever server is free."""
+    warm = [psycopg.connect(url) for _ in range(POOL_SIZE)]
+    for client in warm:
+        client.execute("SELECT 1")  # each in an open transaction: POOL_SIZE servers at once
+    for client in warm:
+        client.close()
+    done = threading.Event()
+
+    def keep_busy() -> None:
+        # No prepared statements: the next transaction may run on another server.
+        with psycopg.connect(url, autocommit=True, prepare_threshold=None) as client:
+            while not done.is_set():
+                client.execute("SELECT pg_sleep(0.01)")
+
+    clients = [threading.Thread(target=keep_busy) for _ in range(count)]
+    for client in clients:
+        client.start()
+    try:
+        yield
+    finally:
+        done.set()
+        for client in clients:
+            client.join()
+
+
 def test_a_busy_transaction_pool_is_refused_in_every_trial_deleting_nothing_and_leaving_no_lock(pgbouncer):
     PropertyObjectCardFactory.create_batch(50, long_delisted=True)
-    url = pgbouncer("transaction", default_pool_size=5, server_round_robin=1)
-    # Four other clients keep four of the five servers busy in open transactions.
-    others = [psycopg.connect(url) for _ in range(4)]
-    try:
-        for other in others:
-            other.execute("SELECT pg_backend_pid()")
+    url = pgbouncer("transaction", default_pool_size=POOL_SIZE, server_round_robin=1)
+    with busy_clients(url, 4):
         for _ in range(TRIALS):
             job = purge_through(url, "--batch-size", "5")
             stdout, stderr = job.communicate(timeout=WAIT_SECONDS)
@@ -40,9 +68,6 @@ def test_a_busy_transaction_pool_is_refused_in_every_trial_deleting_nothing_and_
             assert one_error_line(stderr) == POOLED_SESSION.format(alias="default")
             assert PropertyObjectCard.objects.count() == 50
             assert job_lock_holders() == []
-    finally:
-        for other in others:
-            other.close()
 
 
 def test_statement_pooling_is_refused_with_its_own_cause(pgbouncer):
