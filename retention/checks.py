@@ -7,7 +7,9 @@ from django.core import checks
 from retention.limits import PurgeLimits, PurgeLimitsError
 from retention.locks import SESSION_POOL
 
-POOLER_DECLARATION = f"DELISTED_RETENTION_POOLER: must be {SESSION_POOL!r} (a session pool) or empty (no pooler), got {{value!r}}"
+POOLER_DECLARATION = (
+    f"DELISTED_RETENTION_POOLER: must be {SESSION_POOL!r} (a session pool) or empty (no pooler), got {{value!r}}"
+)
 
 
 @checks.register()
