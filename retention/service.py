@@ -40,13 +40,16 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TypeVar
 
+import psycopg
 from django.conf import settings
 from django.db import DatabaseError, OperationalError, connections, transaction
 
 from config.logging import RunLog
 from retention.backlog import Backlog, compute_cutoff, measure_backlog, simulate_batches
 from retention.limits import PurgeLimits
-from retention.locks import SESSION_MARKER, LockSession, PooledSessionError, advisory_lock
+from retention.locks import (
+    SESSION_MARKER, LockSession, PooledSessionError, PoolerWaitStopped, PoolSaturated, advisory_lock,
+)
 from retention.metrics import RunMetrics
 from retention.pacing import ReplicaLagHidden, wait_for_replicas
 from retention.results import Culprit, PurgeFailed, PurgeResult, StopReason
@@ -376,6 +379,8 @@ def purge_delisted_cards(
         result, at_end = fail_cleanly(run, lambda: locked_run(
             run, now, metrics, on_start or (lambda backlog: None), on_batch or (lambda deleted: None)
         ))
+    except PoolerWaitStopped:  # SIGTERM while the pooler had no server for the job: nothing was locked
+        result, at_end = run.result(StopReason.STOPPED), None
     except PurgeFailed as failure:
         metrics.run_finished(failure.result)
         raise
@@ -391,13 +396,13 @@ def fail_cleanly(run: Run, body: Callable[[], T], *, dry_run: bool = False) -> T
     """Run `body`; an infrastructure error becomes PurgeFailed, with a one-line error and what the run did."""
     try:
         return body()
-    except (DatabaseError, PooledSessionError, ReplicaLagHidden) as error:
+    except (DatabaseError, psycopg.Error, PooledSessionError, PoolSaturated, ReplicaLagHidden) as error:
         message = describe_failure(error, run.using)
         raise PurgeFailed(run.result(StopReason.FAILED, error=message, dry_run=dry_run)) from error
 
 
 def describe_failure(error: Exception, alias: str) -> str:
-    if isinstance(error, (PooledSessionError, ReplicaLagHidden)):
+    if isinstance(error, (PooledSessionError, PoolSaturated, ReplicaLagHidden)):
         return str(error)
     if sqlstate(error) in UNDEFINED_OBJECT_STATES:
         return SCHEMA_MISSING.format(alias=alias)
@@ -410,7 +415,7 @@ def locked_run(run: Run, now, metrics: RunMetrics, on_start, on_batch) -> tuple[
     """The run under the advisory lock; returns its result and the backlog counted at its end."""
     with advisory_lock(
         LOCK_NAME, using=run.using, marker=str(run.run_id), transaction=run.transaction,
-        application_name=run.application_name,
+        pooler=settings.DELISTED_RETENTION_POOLER, time_left=run.left, stop=run.stop,
     ) as lock_session:
         if lock_session is None:
             run.log.warning("purge skipped: the advisory lock is held by another run", extra={"lock": LOCK_NAME})

@@ -61,11 +61,15 @@ def wait_until_connectable(url: str, *, what: str, log: Path, process: subproces
 
 
 @contextmanager
-def running_pgbouncer(*, pool_mode: str, database_url: str) -> Iterator[str]:
-    """A PgBouncer of its own in front of the database of `database_url`, with `pool_mode` session or
-    transaction, trusting the URL's user. Yields the postgres:// URL of the same database through it."""
-    if pool_mode not in ("session", "transaction"):
-        raise ValueError(f"pool_mode must be session or transaction, got {pool_mode!r}")
+def running_pgbouncer(
+    *, pool_mode: str, database_url: str, default_pool_size: int = 20, server_round_robin: int = 0,
+    server_reset_query: str = "DISCARD ALL", query_wait_timeout: int = 120,
+) -> Iterator[str]:
+    """A PgBouncer of its own in front of the database of `database_url`, with `pool_mode` session, transaction or
+    statement and the other settings as named (PgBouncer's defaults), trusting the URL's user. Yields the
+    postgres:// URL of the same database through it."""
+    if pool_mode not in ("session", "transaction", "statement"):
+        raise ValueError(f"pool_mode must be session, transaction or statement, got {pool_mode!r}")
     binary = installed_tool("pgbouncer", "pgbouncer")
     target = urllib.parse.urlsplit(database_url)
     database = target.path.lstrip("/")
@@ -84,9 +88,12 @@ unix_socket_dir =
 auth_type = trust
 auth_file = {directory / "users.txt"}
 pool_mode = {pool_mode}
-; PgBouncer's default, spelled out: a session-pooled server connection is reset when its client goes, which ends
-; the client's session state (its advisory locks included). Transaction pooling never runs it.
-server_reset_query = DISCARD ALL
+default_pool_size = {default_pool_size}
+server_round_robin = {server_round_robin}
+query_wait_timeout = {query_wait_timeout}
+; DISCARD ALL (the default): a session-pooled server connection is reset when its client goes, which ends the
+; client's session state (its advisory locks included). Transaction pooling never runs it.
+server_reset_query = {server_reset_query}
 """
         )
         log = directory / "pgbouncer.log"
@@ -225,11 +232,11 @@ def database_alias(alias: str, database_url: str) -> Iterator[str]:
 
 @pytest.fixture
 def pgbouncer(django_db_setup) -> Iterator[Callable[[str], str]]:
-    """`pgbouncer("transaction")` starts a PgBouncer with that pool mode in front of the test database and returns
-    its URL; every PgBouncer started stops after the test."""
+    """`pgbouncer("transaction", default_pool_size=5)` starts a PgBouncer with that pool mode and settings in front
+    of the test database and returns its URL; every PgBouncer started stops after the test."""
     with ExitStack() as poolers:
-        yield lambda pool_mode: poolers.enter_context(
-            running_pgbouncer(pool_mode=pool_mode, database_url=database_url_of_tests())
+        yield lambda pool_mode, **settings: poolers.enter_context(
+            running_pgbouncer(pool_mode=pool_mode, database_url=database_url_of_tests(), **settings)
         )
 
 

@@ -50,11 +50,11 @@ def test_an_unlock_that_finds_no_lock_is_logged_as_an_error(caplog):
 
 
 def test_a_session_that_already_holds_the_lock_is_refused_and_keeps_only_its_own_hold():
-    """What a shared (transaction-pooled) server session looks like: another client's lock is already on it."""
+    """Without a pooler only this connection can already hold it (a run in progress in this process)."""
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_advisory_lock(%s)", [JOB_LOCK_KEY])
     try:
-        with pytest.raises(PooledSessionError, match="transaction mode"), advisory_lock(LOCK_NAME):
+        with pytest.raises(PooledSessionError, match="already holds the advisory lock"), advisory_lock(LOCK_NAME):
             pass
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_advisory_unlock(%s), pg_advisory_unlock(%s)", [JOB_LOCK_KEY, JOB_LOCK_KEY])

@@ -1,0 +1,135 @@
+"""Pooler detection that does not depend on luck (issue 18, part 1), on a real PgBouncer: an undeclared pooler is
+refused before anything is locked, however busy the pool; a declared session pool's waits obey the run's limits
+and SIGTERM; a pool that does not reset its sessions gets its stale lock released; statement pooling is named."""
+
+import json
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import psycopg
+import pytest
+
+from catalog.models import PropertyObjectCard
+from retention.locks import POOL_SATURATED, POOLED_SESSION, STALE_LOCK_RELEASED, STATEMENT_POOLING
+from tests.factories import PropertyObjectCardFactory
+from tests.reliability.support import WAIT_SECONDS, job_lock_holders, wait_for
+from tests.reliability.test_pgbouncer import purge_through
+
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+TRIALS = 20
+POOL_SIZE = 5
+
+
+def one_error_line(stderr: str) -> str:
+    """The message of the run's one error line (after the log line's time and logger)."""
+    [line] = [line for line in stderr.strip().splitlines() if " ERROR " in line or line.startswith("purge_delisted")]
+    return line.partition("purge_delisted: error: ")[2]
+
+
+@contextmanager
+def busy_clients(url: str, count: int) -> Iterator[None]:
+    """`count` other clients running short transactions through the pool without pause, after every server of the
+    pool was opened (warm): the job's transactions and a probe of its own land on whichever server is free."""
+    warm = [psycopg.connect(url) for _ in range(POOL_SIZE)]
+    for client in warm:
+        client.execute("SELECT 1")  # each in an open transaction: POOL_SIZE servers at once
+    for client in warm:
+        client.close()
+    done = threading.Event()
+
+    def keep_busy() -> None:
+        # No prepared statements: the next transaction may run on another server.
+        with psycopg.connect(url, autocommit=True, prepare_threshold=None) as client:
+            while not done.is_set():
+                client.execute("SELECT pg_sleep(0.01)")
+
+    clients = [threading.Thread(target=keep_busy) for _ in range(count)]
+    for client in clients:
+        client.start()
+    try:
+        yield
+    finally:
+        done.set()
+        for client in clients:
+            client.join()
+
+
+def test_a_busy_transaction_pool_is_refused_in_every_trial_deleting_nothing_and_leaving_no_lock(pgbouncer):
+    PropertyObjectCardFactory.create_batch(50, long_delisted=True)
+    url = pgbouncer("transaction", default_pool_size=POOL_SIZE, server_round_robin=1)
+    with busy_clients(url, 4):
+        for _ in range(TRIALS):
+            job = purge_through(url, "--batch-size", "5")
+            stdout, stderr = job.communicate(timeout=WAIT_SECONDS)
+            assert job.returncode == 1, stderr
+            assert one_error_line(stderr) == POOLED_SESSION.format(alias="default")
+            assert PropertyObjectCard.objects.count() == 50
+            assert job_lock_holders() == []
+
+
+def test_statement_pooling_is_refused_with_its_own_cause(pgbouncer):
+    PropertyObjectCardFactory.create_batch(3, long_delisted=True)
+    job = purge_through(pgbouncer("statement"))
+    stdout, stderr = job.communicate(timeout=WAIT_SECONDS)
+    assert job.returncode == 1, stderr
+    assert one_error_line(stderr) == STATEMENT_POOLING.format(alias="default")
+    assert PropertyObjectCard.objects.count() == 3
+
+
+def saturated_session_pool(pgbouncer):
+    url = pgbouncer("session", default_pool_size=2, query_wait_timeout=0)
+    holders = [psycopg.connect(url, autocommit=True) for _ in range(2)]
+    for holder in holders:
+        holder.execute("SELECT 1")  # each holds one of the pool's two servers for its whole session
+    return url, holders
+
+
+def test_a_saturated_session_pool_ends_the_run_as_one_line_within_its_time(pgbouncer):
+    PropertyObjectCardFactory.create_batch(3, long_delisted=True)
+    url, holders = saturated_session_pool(pgbouncer)
+    try:
+        job = purge_through(url, "--max-duration-seconds", "3", DELISTED_RETENTION_POOLER="session")
+        stdout, stderr = job.communicate(timeout=WAIT_SECONDS)
+    finally:
+        for holder in holders:
+            holder.close()
+    assert job.returncode == 1, stderr
+    assert one_error_line(stderr) == POOL_SATURATED.format(alias="default")
+    assert PropertyObjectCard.objects.count() == 3
+
+
+def test_a_saturated_session_pool_obeys_sigterm(pgbouncer):
+    PropertyObjectCardFactory.create_batch(3, long_delisted=True)
+    url, holders = saturated_session_pool(pgbouncer)
+    try:
+        job = purge_through(url, DELISTED_RETENTION_POOLER="session")
+        time.sleep(3)  # started and waiting for a server
+        job.send_signal(signal.SIGTERM)
+        stdout, stderr = job.communicate(timeout=WAIT_SECONDS)
+    finally:
+        for holder in holders:
+            holder.close()
+    assert job.returncode == 0, stderr
+    assert json.loads(stdout)["stop_reason"] == "stopped"
+    assert PropertyObjectCard.objects.count() == 3
+
+
+def test_a_non_resetting_session_pool_after_sigkill_the_next_declared_run_releases_the_stale_lock(pgbouncer):
+    PropertyObjectCardFactory.create_batch(20, long_delisted=True)
+    url = pgbouncer("session", default_pool_size=1, server_reset_query="")
+    killed = purge_through(url, "--batch-size", "1", "--batch-pause-ms", "5000", DELISTED_RETENTION_POOLER="session")
+    wait_for(lambda: PropertyObjectCard.objects.count() < 20, what="the first batch", timeout=WAIT_SECONDS)
+    killed.send_signal(signal.SIGKILL)  # between batches: its idle server session keeps the lock in the pool
+    killed.wait(timeout=WAIT_SECONDS)
+    time.sleep(1)
+    assert job_lock_holders() != []
+
+    next_run = purge_through(url, "--batch-size", "100", DELISTED_RETENTION_POOLER="session")
+    stdout, stderr = next_run.communicate(timeout=WAIT_SECONDS)
+    assert next_run.returncode == 0, stderr
+    assert STALE_LOCK_RELEASED in stderr
+    assert json.loads(stdout)["stop_reason"] == "completed"
+    assert not PropertyObjectCard.objects.exists()
