@@ -63,7 +63,8 @@ class PurgeResult:
     overdue_project_cards: int | None = None
     replica_lag_wait_seconds: float = 0.0
     duration_seconds: float = 0.0
-    culprits: tuple[Culprit, ...] = ()
+    culprits: tuple[Culprit, ...] = ()  # the first CULPRITS_LISTED (retention.service) of them
+    culprit_count: int = 0
     error: str | None = None
     dry_run: bool = False
 
@@ -75,7 +76,7 @@ class PurgeResult:
     def outcome(self) -> Outcome:
         if self.stop_reason in (StopReason.LOCK_BUSY, StopReason.STOPPED, StopReason.FAILED):
             return Outcome(self.stop_reason.value)
-        if self.culprits:
+        if self.culprit_count:
             return Outcome.FAILED
         return Outcome.HAS_MORE if self.has_more else Outcome.COMPLETED
 

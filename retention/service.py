@@ -23,9 +23,11 @@ Deletion is irreversible, so the safety design is explicit:
   for the streaming standbys to catch up, stopping with `replica_lag` when they stay behind.
 * Every statement runs under lock_timeout and a statement_timeout no longer than what is left of the run, and a
   stop request (SIGTERM) cancels the statement in flight.
-* A batch that fails for a data reason (a trigger raising, a constraint) is split in halves, each its own
-  transaction, until the culprit cards are isolated: the rest is deleted, the culprits are logged and left, and the
-  run counts as failed. An infrastructure error (connection lost, a timeout, a deadlock) ends the run.
+* A batch that fails for a data reason (a trigger raising, a constraint) is redone in one transaction, split in
+  halves under savepoints until the culprit cards are isolated: the rest is deleted, the culprits are skipped by the
+  run's later batches, counted, listed up to CULPRITS_LISTED, and the run counts as failed. Two consecutive batches
+  refused whole, or more than MAX_CULPRITS culprits, are a systemic failure: the run stops. An infrastructure error
+  (connection lost, a timeout, a deadlock, an internal error) ends the run.
 """
 
 import dataclasses
@@ -59,15 +61,21 @@ T = TypeVar("T")
 
 LOCK_NAME = "job:scheduled:catalog-delisted-retention"
 # SQLSTATE classes of errors that belong to the rows, not to the database: data exceptions (22), integrity
-# constraint violations (23), PL/pgSQL raise (P0), and XX000, what a trigger's RAISE without a code gives.
+# constraint violations (23), PL/pgSQL raise (P0: a RAISE without a code is P0001). XX000 (internal_error: "cache
+# lookup failed", "tuple concurrently updated") is the database's own fault and ends the run.
 DATA_ERROR_CLASSES = ("22", "23", "P0")
-DATA_ERROR_STATES = ("XX000",)
 UNDEFINED_OBJECT_STATES = ("42P01", "3F000")  # undefined table, invalid schema name
 QUERY_CANCELED = "57014"  # statement_timeout, or a cancel request
 # A statement bound never shorter than this, so that the end of a run can still count what it left.
 MIN_STATEMENT_TIMEOUT = timedelta(seconds=1)
 IDS_PER_LOG_LINE = 150  # ~6 KB of uuids: every log line stays under 8 KiB
-CULPRITS = "{count} card(s) cannot be deleted and were left in place; each is logged with its id and error"
+CULPRITS_LISTED = 20  # culprits logged one by one and carried in the result; the rest are only counted
+# More culprits than this in one run is no longer a few poison cards but a systemic refusal: the run stops.
+MAX_CULPRITS = 5000
+CULPRITS = ("{count} card(s) cannot be deleted and were left in place; the first {listed} are logged with their id"
+            " and error")
+REFUSED_BATCHES = "every card of {batches} consecutive batches was refused ({count} culprits): {error}; run stopped"
+TOO_MANY_CULPRITS = "more than {cap} cards cannot be deleted ({count} culprits): {error}; run stopped"
 SCHEMA_MISSING = "the catalog schema is missing in database {alias!r}: run `manage.py migrate`"
 DATABASE_UNREACHABLE = "database {alias!r} is unreachable: {error}"
 
@@ -83,7 +91,7 @@ class Phase:
     deleted_cards: str | None  # the PurgeResult field its cards count into; None: it deletes overrides only
 
 
-# Parameters: cutoff, batch_size, only_ids (NULL, or the ids a split batch is narrowed to), skipped_ids (culprits
+# Parameters: cutoff, batch_size, only_ids (NULL, or the ids of a failed batch being redone), skipped_ids (culprits
 # of this run), orphan_sweep_window (the orphan phases). Ids and row addresses come back as one array text value
 # each, not thousands of values to adapt.
 PROPERTY_OBJECTS = Phase(
@@ -291,6 +299,8 @@ class Run:
     ))
     batches: int = 0
     culprits: list[Culprit] = field(default_factory=list)
+    refused_batches: int = 0  # consecutive batches of which every card was a culprit
+    systemic_failure: str | None = None
     replica_lag_wait: float = 0.0
 
     @property
@@ -340,7 +350,7 @@ class Run:
     def result(self, stop_reason: StopReason, **fields) -> PurgeResult:
         return PurgeResult(
             run_id=self.run_id, cutoff=self.cutoff, stop_reason=stop_reason, batches_processed=self.batches,
-            culprits=tuple(self.culprits), replica_lag_wait_seconds=round(self.replica_lag_wait, 3),
+            culprits=tuple(self.culprits[:CULPRITS_LISTED]), culprit_count=len(self.culprits), replica_lag_wait_seconds=round(self.replica_lag_wait, 3),
             duration_seconds=round(time.monotonic() - self.started, 3), **self.counts, **fields,
         )
 
@@ -385,7 +395,8 @@ def purge_delisted_cards(
         metrics.run_finished(failure.result)
         raise
     if result.culprits:
-        result = dataclasses.replace(result, error=CULPRITS.format(count=len(result.culprits)))
+        result = dataclasses.replace(result, error=run.systemic_failure or CULPRITS.format(
+            count=result.culprit_count, listed=len(result.culprits)))
     metrics.run_finished(result, at_end)
     if result.culprits:
         raise PurgeFailed(result)
@@ -464,7 +475,7 @@ def overdue_left(backlog: Backlog, culprits: list[Culprit]) -> bool:
 def summary_fields(result: PurgeResult) -> dict:
     fields = result.as_dict()
     fields.pop("run_id")
-    fields["culprits"] = len(result.culprits)
+    fields["culprits"] = [culprit.card_id for culprit in result.culprits]
     return fields
 
 
@@ -479,7 +490,7 @@ def run_phases(run: Run, on_batch: Callable[[int], None]) -> StopReason:
                 return reason
             started = time.monotonic()
             try:
-                outcome = delete_batch(run, phase, only_ids=None)
+                outcome = delete_batch(run, phase)
             except StopRun as stop:
                 return stop.reason
             except DataError as failure:
@@ -487,8 +498,12 @@ def run_phases(run: Run, on_batch: Callable[[int], None]) -> StopReason:
                     outcome = isolate_culprits(run, phase, failure)
                 except StopRun as stop:
                     return stop.reason
-                if outcome is None:
-                    return run.reason_to_stop()
+                run.systemic_failure = systemic_failure(run, outcome, failure.error)
+                if run.systemic_failure:
+                    run.log.error(run.systemic_failure, extra={"phase": phase.name, "culprits": len(run.culprits)})
+                    return StopReason.FAILED
+            else:
+                run.refused_batches = 0
             # The pause rests the database after work; an empty selection (a phase ran dry) did none.
             last_batch_seconds = time.monotonic() - started if outcome.selected else None
             if outcome.selected:
@@ -520,15 +535,14 @@ def wait_for_replicas_if_asked(run: Run) -> StopReason | None:
     return None if wait.caught_up else StopReason.REPLICA_LAG
 
 
-def delete_batch(run: Run, phase: Phase, *, only_ids: list[str] | None) -> BatchOutcome:
-    """One batch, one transaction: bound it and check the lock's session, lock the oldest overdue rows (or those of
-    `only_ids` still overdue), delete them. Counted in the run when it commits."""
+def delete_batch(run: Run, phase: Phase) -> BatchOutcome:
+    """One batch, one transaction: bound it and check the lock's session, lock the oldest overdue rows, delete them. Counted in the run when it commits."""
     batch_ids = None
     try:
         with run.transaction() as cursor:
             cursor.execute(phase.lock_batch, {
                 "cutoff": run.cutoff, "batch_size": run.limits.batch_size,
-                "only_ids": None if only_ids is None else array_literal(only_ids),
+                "only_ids": None,
                 "skipped_ids": array_literal([c.card_id for c in run.culprits if c.phase == phase.name]),
                 "orphan_sweep_window": run.limits.orphan_sweep_window,
             })
@@ -539,61 +553,89 @@ def delete_batch(run: Run, phase: Phase, *, only_ids: list[str] | None) -> Batch
             deleted_cards, deleted_overrides = cursor.fetchone()
     except DatabaseError as error:
         ids = parse_array(batch_ids) if batch_ids else []
-        if only_ids is None:
-            log_batch_failure(run, phase, error, ids)
-        else:
-            run.log.debug("split part failed", extra={"phase": phase.name, "part_size": len(ids),
-                                                      "error": first_line(error)})
+        log_batch_failure(run, phase, error, ids)
         if is_data_error(error) and ids:
             raise DataError(error, ids) from error
         raise
+    return count_batch(run, phase, BatchOutcome(
+        selected=selected, deleted_cards=deleted_cards, deleted_overrides=deleted_overrides
+    ))
+
+
+def count_batch(run: Run, phase: Phase, outcome: BatchOutcome) -> BatchOutcome:
+    """Count a committed batch in the run."""
     run.batches += 1
     if phase.deleted_cards:
-        run.counts[phase.deleted_cards] += deleted_cards
-    run.counts[phase.deleted_overrides] += deleted_overrides
+        run.counts[phase.deleted_cards] += outcome.deleted_cards
+    run.counts[phase.deleted_overrides] += outcome.deleted_overrides
     run.log.debug(
         "batch done",
-        extra={"phase": phase.name, "batch_index": run.batches - 1, "selected": selected,
-               "deleted_cards": deleted_cards, "deleted_overrides": deleted_overrides},
+        extra={"phase": phase.name, "batch_index": run.batches - 1, "selected": outcome.selected,
+               "deleted_cards": outcome.deleted_cards, "deleted_overrides": outcome.deleted_overrides},
     )
-    return BatchOutcome(selected=selected, deleted_cards=deleted_cards, deleted_overrides=deleted_overrides)
+    return outcome
 
 
-def isolate_culprits(run: Run, phase: Phase, failure: DataError) -> BatchOutcome | None:
-    """Split a batch that failed for a data reason in halves, each its own all-or-nothing transaction, under the
-    same lock, limits, timeouts and stop checks, until every card that cannot be deleted alone is isolated; delete
-    the rest. Returns the batch as if it had run whole, or None when a limit stopped the split (the rest waits for
-    the next run). A culprit in a batch of n costs about 2·log2(n) small transactions."""
+def isolate_culprits(run: Run, phase: Phase, failure: DataError) -> BatchOutcome:
+    """Redo a batch that failed for a data reason in one transaction, under the same lock, limits, timeouts and stop
+    request: lock its cards again, then delete them in halves, each under a savepoint, halving every part that
+    fails until each card that cannot be deleted alone is isolated. A culprit costs about 2·log2(n) statements, a
+    batch refused whole about 2n, and never more than one transaction. The failed attempt and this transaction
+    together count as one batch."""
     deleted_cards = deleted_overrides = 0
-    pending = [failure]
-    while pending:
-        failed = pending.pop()
-        if len(failed.ids) == 1:
-            record_culprit(run, phase, failed.ids[0], failed.error)
-            continue
-        half = len(failed.ids) // 2
-        for part in (failed.ids[:half], failed.ids[half:]):
-            if run.reason_to_stop():
-                return None
-            try:
-                outcome = delete_batch(run, phase, only_ids=part)
-            except DataError as part_failure:
-                pending.append(part_failure)
+    with run.transaction() as cursor:
+        cursor.execute(phase.lock_batch, {
+            "cutoff": run.cutoff, "batch_size": len(failure.ids), "only_ids": array_literal(failure.ids),
+            "skipped_ids": "{}", "orphan_sweep_window": run.limits.orphan_sweep_window,
+        })
+        selected, batch_ids, row_addresses = cursor.fetchone()
+        cursor.execute("SELECT unnest(%s::text[]), unnest(%s::tid[])::text", [batch_ids or "{}", row_addresses or "{}"])
+        pending = [(cursor.fetchall(), failure.error)] if selected else []
+        while pending:
+            cards, error = pending.pop()
+            if len(cards) == 1:
+                record_culprit(run, phase, cards[0][0], error)
                 continue
-            deleted_cards += outcome.deleted_cards
-            deleted_overrides += outcome.deleted_overrides
-    return BatchOutcome(
-        selected=len(failure.ids), deleted_cards=deleted_cards, deleted_overrides=deleted_overrides
-    )
+            half = len(cards) // 2
+            for part in (cards[:half], cards[half:]):
+                try:
+                    with transaction.atomic(using=run.using):  # a savepoint: a failing part undoes itself alone
+                        cursor.execute(phase.delete_batch, {
+                            "row_addresses": "{" + ",".join(f'"{address}"' for _, address in part) + "}",
+                            "cutoff": run.cutoff,
+                        })
+                        part_cards, part_overrides = cursor.fetchone()
+                except DatabaseError as part_error:
+                    if not is_data_error(part_error):
+                        raise
+                    pending.append((part, part_error))
+                    continue
+                deleted_cards += part_cards
+                deleted_overrides += part_overrides
+    return count_batch(run, phase, BatchOutcome(
+        selected=selected or 0, deleted_cards=deleted_cards, deleted_overrides=deleted_overrides
+    ))
+
+
+def systemic_failure(run: Run, outcome: BatchOutcome, error: DatabaseError) -> str | None:
+    """The one-line reason to stop when the refusals are no longer a few poison cards: every card of two consecutive
+    batches refused, or more culprits than MAX_CULPRITS."""
+    run.refused_batches = run.refused_batches + 1 if outcome.deleted_cards == 0 else 0
+    if run.refused_batches >= 2:
+        return REFUSED_BATCHES.format(batches=run.refused_batches, count=len(run.culprits), error=first_line(error))
+    if len(run.culprits) > MAX_CULPRITS:
+        return TOO_MANY_CULPRITS.format(cap=MAX_CULPRITS, count=len(run.culprits), error=first_line(error))
+    return None
 
 
 def record_culprit(run: Run, phase: Phase, card_id: str, error: DatabaseError) -> None:
     message = first_line(error)
     run.culprits.append(Culprit(phase=phase.name, card_id=card_id, error=message))
-    run.log.error(
-        "card cannot be deleted: left in place, the run counts as failed",
-        extra={"phase": phase.name, "card_id": card_id, "error": message, "sqlstate": sqlstate(error)},
-    )
+    if len(run.culprits) <= CULPRITS_LISTED:
+        run.log.error(
+            "card cannot be deleted: left in place, the run counts as failed",
+            extra={"phase": phase.name, "card_id": card_id, "error": message, "sqlstate": sqlstate(error)},
+        )
 
 
 def log_batch_failure(run: Run, phase: Phase, error: DatabaseError, ids: list[str]) -> None:
@@ -621,8 +663,7 @@ def sqlstate(error: BaseException) -> str | None:
 
 
 def is_data_error(error: DatabaseError) -> bool:
-    code = sqlstate(error) or ""
-    return code[:2] in DATA_ERROR_CLASSES or code in DATA_ERROR_STATES
+    return (sqlstate(error) or "")[:2] in DATA_ERROR_CLASSES
 
 
 def first_line(error: BaseException) -> str:

@@ -139,7 +139,7 @@ def summary(result: PurgeResult) -> str:
         return f"skipped: another purge_delisted run holds the lock (run_id {result.run_id})"
     verb = "would delete" if result.dry_run else "deleted"
     has_more = {True: "yes", False: "no", None: "unknown"}[result.has_more]
-    culprits = f", cards that cannot be deleted: {len(result.culprits)}" if result.culprits else ""
+    culprits = f", cards that cannot be deleted: {result.culprit_count}" if result.culprit_count else ""
     return (
         f"{'dry run' if result.dry_run else 'purge'} {result.stop_reason}: {verb} "
         f"{result.deleted_property_object_cards} property object cards, {result.deleted_project_cards} project cards "

@@ -1,0 +1,118 @@
+"""Culprits (cards a trigger refuses to delete) at the production limits: isolating them costs statements, not
+transactions, so a run goes past last night's culprits and deletes what lies behind them; a refusal of everything
+stops the run within seconds as one line; the output names at most CULPRITS_LISTED of them."""
+
+import json
+
+import psycopg
+import pytest
+from django.db import connection
+
+from retention.results import PurgeFailed, StopReason
+from retention.service import CULPRITS_LISTED
+from tests.support import database_url_of_tests, deletes_refused, purge, run_manage
+
+POISON = "OLD.title = 'poison'"
+
+
+def overdue_objects(count: int, *, poison_every: int | None = None, poison_first: int = 0) -> None:
+    """`count` overdue property objects, oldest first by n; poison: every `poison_every`-th, or the `poison_first`
+    oldest."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO catalog.property_object_cards (id, project_id, title, status, updated_at)"
+            " SELECT gen_random_uuid(), gen_random_uuid(),"
+            "        CASE WHEN n <= %(first)s OR n %% %(every)s = 0 THEN 'poison' ELSE 'flat' END,"
+            "        'Delisted', now() - interval '60 days' + n * interval '1 second'"
+            "   FROM generate_series(1, %(count)s) AS n",
+            {"count": count, "first": poison_first, "every": poison_every or count + 1},
+        )
+
+
+def remaining() -> int:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM catalog.property_object_cards")
+        return cursor.fetchone()[0]
+
+
+def job_transactions(run) -> tuple[object, int]:
+    """What `run()` returns and how many transactions the database counted meanwhile (the job runs as a process,
+    whose statistics are flushed when its session ends)."""
+    with psycopg.connect(database_url_of_tests(), autocommit=True) as observer:
+        def transactions() -> int:
+            observer.execute("SELECT pg_stat_clear_snapshot()")
+            return observer.execute(
+                "SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = current_database()"
+            ).fetchone()[0]
+        before = transactions()
+        outcome = run()
+        return outcome, transactions() - before
+
+
+@pytest.mark.django_db(transaction=True)
+def test_fifty_scattered_culprits_among_twenty_thousand_clear_in_one_run_at_the_defaults():
+    overdue_objects(20_000, poison_every=400)
+
+    with deletes_refused(when=POISON), pytest.raises(PurgeFailed) as failure:
+        purge()
+
+    result = failure.value.result
+    assert remaining() == 50
+    assert result.deleted_property_object_cards == 19_950 and result.has_more is False
+    assert result.culprit_count == 50 and len(result.culprits) == CULPRITS_LISTED
+    assert len({c.card_id for c in result.culprits}) == CULPRITS_LISTED  # each once
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_cards_behind_a_wall_of_two_thousand_culprits_are_deleted_in_the_same_run():
+    overdue_objects(4_000, poison_first=2_000)
+
+    with deletes_refused(when=POISON), pytest.raises(PurgeFailed) as failure:
+        purge()
+
+    result = failure.value.result
+    assert result.deleted_property_object_cards == 2_000 and remaining() == 2_000
+    assert result.culprit_count == 2_000 and result.stop_reason == StopReason.COMPLETED
+    assert result.batches_processed == 2  # the wall, redone in one transaction, and the batch behind it
+
+
+@pytest.mark.django_db(transaction=True)
+def test_max_batches_one_on_a_batch_of_two_thousand_culprits_is_one_batch_of_two_transactions():
+    overdue_objects(2_000, poison_first=2_000)
+
+    with deletes_refused(when=POISON):
+        completed, transactions = job_transactions(lambda: run_manage("purge_delisted", "--json", "--max-batches", "1"))
+
+    result = json.loads(completed.stdout)
+    assert completed.returncode == 1 and result["batches_processed"] == 1 and result["culprit_count"] == 2_000
+    # the lock, the counts at start and end, the failed batch and its isolation: a handful, not 4,000
+    assert transactions < 20, transactions
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_trigger_refusing_every_delete_stops_the_run_after_two_batches_as_one_line():
+    overdue_objects(10_000, poison_first=10_000)
+
+    with deletes_refused():
+        completed = run_manage("purge_delisted", "--json")
+
+    result = json.loads(completed.stdout)
+    assert completed.returncode == 1 and result["outcome"] == "failed"
+    assert result["culprit_count"] == 4_000 and remaining() == 10_000
+    assert "every card of 2 consecutive batches was refused (4000 culprits)" in result["error"]
+    assert "deletes refused by the test" in result["error"]
+    assert len(completed.stdout) < 8_000
+    assert len(completed.stderr.splitlines()) < 100
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_internal_error_xx000_ends_the_run_instead_of_making_a_culprit():
+    overdue_objects(40, poison_every=10)
+
+    with deletes_refused(when=POISON, error="cache lookup failed", sqlstate="XX000"), \
+            pytest.raises(PurgeFailed) as failure:
+        purge(batch_size=16)
+
+    result = failure.value.result
+    assert result.stop_reason == StopReason.FAILED and result.culprit_count == 0
+    assert "cache lookup failed" in result.error and remaining() == 40
