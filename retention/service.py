@@ -541,10 +541,13 @@ def wait_for_replicas_if_asked(run: Run) -> StopReason | None:
     run's time left, woken by a stop request) while the slowest lags more than that."""
     if not run.limits.max_replica_lag:
         return None
-    wait = wait_for_replicas(
-        max_lag=run.limits.max_replica_lag, max_wait=min(run.limits.replica_lag_wait, run.left()),
-        should_stop=lambda: run.stop.requested, using=run.using,
-    )
+    try:
+        wait = wait_for_replicas(
+            max_lag=run.limits.max_replica_lag, max_wait=min(run.limits.replica_lag_wait, run.left()),
+            should_stop=lambda: run.stop.requested, using=run.using, bounded_transaction=run.transaction,
+        )
+    except StopRun as stop:  # the run's time or a SIGTERM cancelled the lag query
+        return stop.reason
     run.replica_lag_wait += wait.waited.total_seconds()
     if wait.waited.total_seconds() > 0.01:
         run.log.info(
