@@ -333,11 +333,12 @@ class Run:
         lock_timeout = min(self.limits.lock_timeout, statement_timeout)
         connection = connections[self.using]
         connection.ensure_connection()
+        session = connection.connection  # Django drops it when it breaks
         sync_wait_cancelled = []
         notice_handler = partial(record_sync_wait_cancel, sync_wait_cancelled)
-        connection.connection.add_notice_handler(notice_handler)
+        session.add_notice_handler(notice_handler)
         try:
-            with self.stop.cancelling(connection.connection, deadline=max(self.left(), MIN_STATEMENT_TIMEOUT)):
+            with self.stop.cancelling(session, deadline=max(self.left(), MIN_STATEMENT_TIMEOUT)):
                 # A stop asked before the registration above had nothing to cancel.
                 if batch and self.stop.requested:
                     raise StopRun(StopReason.STOPPED)
@@ -361,7 +362,7 @@ class Run:
                             raise StopRun(StopReason.MAX_DURATION) from error
                     raise
         finally:
-            connection.connection.remove_notice_handler(notice_handler)
+            session.remove_notice_handler(notice_handler)
         if sync_wait_cancelled:
             # Committed here, not confirmed by the standby: the caller counts the batch, the run stops.
             self.unconfirmed_commit = True
