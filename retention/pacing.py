@@ -29,7 +29,8 @@ pid and NULLs): reading the lag without that refuses with ReplicaLagHidden rathe
 """
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -57,12 +58,18 @@ class ReplicaWait:
     last_lag: timedelta | None
 
 
-def replica_lag(using: str = "default") -> timedelta | None:
-    """How far behind in time the slowest standby is, as the primary sees it (see the module docstring); None
-    when no standby is connected. The query runs under a short statement_timeout, in a transaction of its own:
-    call it outside any transaction."""
+@contextmanager
+def short_transaction(using: str) -> Iterator:
     with transaction.atomic(using=using), connections[using].cursor() as cursor:
         cursor.execute("SELECT set_config('statement_timeout', %s, true)", [f"{LAG_QUERY_TIMEOUT_MS}ms"])
+        yield cursor
+
+
+def replica_lag(using: str = "default", *, bounded_transaction: Callable | None = None) -> timedelta | None:
+    """How far behind in time the slowest standby is, as the primary sees it (see the module docstring); None
+    when no standby is connected. The query runs in a transaction of its own, `bounded_transaction()` (the run's
+    bounds and stop request) or one under a short statement_timeout: call it outside any transaction."""
+    with (bounded_transaction or (lambda: short_transaction(using)))() as cursor:
         # pg_basebackup's WAL senders (state 'backup') copy files; they are not standbys.
         cursor.execute(
             """
@@ -92,6 +99,7 @@ def wait_for_replicas(
     max_wait: timedelta,
     should_stop: Callable[[], bool],
     using: str = "default",
+    bounded_transaction: Callable | None = None,
     poll_interval: timedelta = timedelta(milliseconds=500),
 ) -> ReplicaWait:
     """Return at once when no standby lags more than `max_lag` (or there is none); otherwise poll the lag every
@@ -106,7 +114,7 @@ def wait_for_replicas(
         return ReplicaWait(waited=waited, caught_up=caught_up, stopped=stopped, last_lag=lag)
 
     while True:
-        lag = replica_lag(using)
+        lag = replica_lag(using, bounded_transaction=bounded_transaction)
         if lag is None or lag <= max_lag:
             return result(caught_up=True)
         if should_stop():

@@ -38,6 +38,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from functools import partial
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TypeVar
@@ -68,6 +69,13 @@ UNDEFINED_OBJECT_STATES = ("42P01", "3F000")  # undefined table, invalid schema 
 QUERY_CANCELED = "57014"  # statement_timeout, or a cancel request
 # A statement bound never shorter than this, so that the end of a run can still count what it left.
 MIN_STATEMENT_TIMEOUT = timedelta(seconds=1)
+# PostgreSQL's WARNING when a COMMIT's wait for a synchronous standby is cancelled or terminated (syncrep.c): the
+# COMMIT then returns success, the transaction is committed locally.
+SYNC_WAIT_CANCEL_NOTICE = "wait for synchronous replication"
+SYNC_WAIT_CANCELLED_MESSAGE = (
+    "a batch committed on the primary but its synchronous standby did not confirm it (the wait was cancelled by "
+    "the run's stop or time limit): the run stops; check the standby named in synchronous_standby_names"
+)
 IDS_PER_LOG_LINE = 150  # ~6 KB of uuids: every log line stays under 8 KiB
 CULPRITS_LISTED = 20  # culprits logged one by one and carried in the result; the rest are only counted
 # More culprits than this in one run is no longer a few poison cards but a systemic refusal: the run stops.
@@ -224,14 +232,22 @@ class StopRequest:
 
     def __init__(self):
         self._requested = threading.Event()
-        self._in_flight = None  # the psycopg connection running a statement now
+        # Held while a cancel is sent and while the registration changes, so that a cancel reaches only the
+        # transaction it was meant for, never the next one on the same connection.
+        self._lock = threading.Lock()
+        self._in_flight = None  # (the psycopg connection, a token of its current transaction)
 
     def request(self) -> None:
         self._requested.set()
         in_flight = self._in_flight
         if in_flight is not None:
             # From a thread: a signal handler must not block on the network.
-            threading.Thread(target=cancel_quietly, args=(in_flight,), daemon=True).start()
+            threading.Thread(target=self.cancel, args=(in_flight,), daemon=True).start()
+
+    def cancel(self, registration: tuple) -> None:
+        with self._lock:
+            if self._in_flight is registration:
+                cancel_quietly(registration[0])
 
     @property
     def requested(self) -> bool:
@@ -242,12 +258,26 @@ class StopRequest:
         self._requested.wait(seconds)
 
     @contextmanager
-    def cancelling(self, database_connection) -> Iterator[None]:
-        self._in_flight = database_connection
+    def cancelling(self, database_connection, *, deadline: timedelta) -> Iterator[None]:
+        """Cancel what `database_connection` runs in the block on a stop request or at `deadline`, COMMIT included
+        (a COMMIT waiting for a synchronous standby is not bound by statement_timeout)."""
+        registration = (database_connection, object())
+        with self._lock:
+            self._in_flight = registration
+        timer = threading.Timer(deadline.total_seconds(), self.cancel, args=(registration,))
+        timer.daemon = True
+        timer.start()
         try:
             yield
         finally:
-            self._in_flight = None
+            timer.cancel()
+            with self._lock:
+                self._in_flight = None
+
+
+def record_sync_wait_cancel(cancelled: list, notice) -> None:
+    if SYNC_WAIT_CANCEL_NOTICE in (notice.message_primary or ""):
+        cancelled.append(notice.message_primary)
 
 
 def cancel_quietly(database_connection) -> None:
@@ -302,6 +332,7 @@ class Run:
     refused_batches: int = 0  # consecutive batches of which every card was a culprit
     systemic_failure: str | None = None
     replica_lag_wait: float = 0.0
+    unconfirmed_commit: bool = False  # a COMMIT's wait for the synchronous standby was cancelled
 
     @property
     def application_name(self) -> str:
@@ -311,25 +342,35 @@ class Run:
         return self.limits.max_duration - timedelta(seconds=time.monotonic() - self.started)
 
     @contextmanager
-    def transaction(self) -> Iterator:
+    def transaction(self, *, batch: bool = False) -> Iterator:
         """A transaction whose every statement waits at most lock_timeout for a lock and runs at most
-        statement_timeout, and never past what is left of the run; a stop request cancels its statement."""
+        statement_timeout, and never past what is left of the run; a stop request cancels its statement. A `batch`
+        does not start once a stop is requested."""
         statement_timeout = max(MIN_STATEMENT_TIMEOUT, min(self.limits.statement_timeout, self.left()))
         lock_timeout = min(self.limits.lock_timeout, statement_timeout)
         connection = connections[self.using]
-        with transaction.atomic(using=self.using), connection.cursor() as cursor:
-            cursor.execute(
-                "SELECT set_config('statement_timeout', %s, true), set_config('lock_timeout', %s, true),"
-                " set_config('application_name', %s, false), pg_backend_pid(), current_setting(%s, true)",
-                [f"{milliseconds(statement_timeout)}ms", f"{milliseconds(lock_timeout)}ms", self.application_name,
-                 SESSION_MARKER],
-            )
-            *_, backend_pid, marker = cursor.fetchone()
-            if self.lock_session is not None:
-                self.lock_session.verify(backend_pid, marker)
-            with self.stop.cancelling(connection.connection):
+        connection.ensure_connection()
+        session = connection.connection  # Django drops it when it breaks
+        sync_wait_cancelled = []
+        notice_handler = partial(record_sync_wait_cancel, sync_wait_cancelled)
+        session.add_notice_handler(notice_handler)
+        try:
+            with self.stop.cancelling(session, deadline=max(self.left(), MIN_STATEMENT_TIMEOUT)):
+                # A stop asked before the registration above had nothing to cancel.
+                if batch and self.stop.requested:
+                    raise StopRun(StopReason.STOPPED)
                 try:
-                    yield cursor
+                    with transaction.atomic(using=self.using), connection.cursor() as cursor:
+                        cursor.execute(
+                            "SELECT set_config('statement_timeout', %s, true), set_config('lock_timeout', %s, true),"
+                            " set_config('application_name', %s, false), pg_backend_pid(), current_setting(%s, true)",
+                            [f"{milliseconds(statement_timeout)}ms", f"{milliseconds(lock_timeout)}ms",
+                             self.application_name, SESSION_MARKER],
+                        )
+                        *_, backend_pid, marker = cursor.fetchone()
+                        if self.lock_session is not None:
+                            self.lock_session.verify(backend_pid, marker)
+                        yield cursor
                 except DatabaseError as error:
                     if sqlstate(error) == QUERY_CANCELED:
                         if self.stop.requested:
@@ -337,10 +378,18 @@ class Run:
                         if self.left() <= timedelta(0):
                             raise StopRun(StopReason.MAX_DURATION) from error
                     raise
+        finally:
+            session.remove_notice_handler(notice_handler)
+        if sync_wait_cancelled:
+            # Committed here, not confirmed by the standby: the caller counts the batch, the run stops.
+            self.unconfirmed_commit = True
+            self.log.warning(SYNC_WAIT_CANCELLED_MESSAGE)
 
     def reason_to_stop(self) -> StopReason | None:
         if self.stop.requested:
             return StopReason.STOPPED
+        if self.unconfirmed_commit:  # only the run's time limit cancels a commit without a stop request
+            return StopReason.MAX_DURATION
         if self.batches >= self.limits.max_batches:
             return StopReason.MAX_BATCHES
         if self.left() <= timedelta(0):
@@ -518,10 +567,13 @@ def wait_for_replicas_if_asked(run: Run) -> StopReason | None:
     run's time left, woken by a stop request) while the slowest lags more than that."""
     if not run.limits.max_replica_lag:
         return None
-    wait = wait_for_replicas(
-        max_lag=run.limits.max_replica_lag, max_wait=min(run.limits.replica_lag_wait, run.left()),
-        should_stop=lambda: run.stop.requested, using=run.using,
-    )
+    try:
+        wait = wait_for_replicas(
+            max_lag=run.limits.max_replica_lag, max_wait=min(run.limits.replica_lag_wait, run.left()),
+            should_stop=lambda: run.stop.requested, using=run.using, bounded_transaction=run.transaction,
+        )
+    except StopRun as stop:  # the run's time or a SIGTERM cancelled the lag query
+        return stop.reason
     run.replica_lag_wait += wait.waited.total_seconds()
     if wait.waited.total_seconds() > 0.01:
         run.log.info(
@@ -539,7 +591,7 @@ def delete_batch(run: Run, phase: Phase) -> BatchOutcome:
     """One batch, one transaction: bound it and check the lock's session, lock the oldest overdue rows, delete them. Counted in the run when it commits."""
     batch_ids = None
     try:
-        with run.transaction() as cursor:
+        with run.transaction(batch=True) as cursor:
             cursor.execute(phase.lock_batch, {
                 "cutoff": run.cutoff, "batch_size": run.limits.batch_size,
                 "only_ids": None,

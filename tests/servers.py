@@ -115,6 +115,16 @@ server_reset_query = {server_reset_query}
 class Replica:
     primary_url: str
     standby_url: str
+    standby_data: Path
+
+    def require_synchronous_standby(self) -> None:
+        """Every commit that writes waits until a standby confirms it (synchronous_standby_names = '*')."""
+        with psycopg.connect(self.primary_url, autocommit=True) as primary:
+            primary.execute("ALTER SYSTEM SET synchronous_standby_names = '*'")
+            primary.execute("SELECT pg_reload_conf()")
+
+    def stop_standby(self) -> None:
+        run_server_program("pg_ctl", "stop", "--mode=immediate", "--wait", "-D", str(self.standby_data))
 
     def pause_replay(self) -> None:
         self.standby_execute("SELECT pg_wal_replay_pause()")
@@ -189,7 +199,9 @@ def streaming_replica(*, database: str = "catalog") -> Iterator[Replica]:
             str(standby.data), "-R", "--checkpoint=fast", "--wal-method=stream", "--no-sync",
         )
         servers.enter_context(standby.running())
-        replica = Replica(primary_url=primary.url(database), standby_url=standby.url(database))
+        replica = Replica(
+            primary_url=primary.url(database), standby_url=standby.url(database), standby_data=standby.data,
+        )
         wait_until_streaming(replica, log=standby.log)
         yield replica
 

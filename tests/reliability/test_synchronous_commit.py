@@ -1,0 +1,99 @@
+"""A COMMIT that waits for a synchronous standby which is gone (wait event SyncRep) is under the run's time limit
+and SIGTERM like every statement: statement_timeout does not bound that wait, so the job cancels it. PostgreSQL
+then keeps the transaction committed locally and says so in a WARNING; the run counts the batch, says in one line
+that the standby did not confirm it, and ends. A real primary with a real standby that is stopped."""
+
+import json
+import signal
+import subprocess
+import uuid
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+
+from retention.service import SYNC_WAIT_CANCELLED_MESSAGE
+from tests.reliability.support import WAIT_SECONDS, wait_for
+from tests.servers import Replica, migrate, streaming_replica
+from tests.support import PROJECT_ROOT, manage_command
+
+pytestmark = pytest.mark.slow
+
+OVERDUE = 30
+BATCH_SIZE = 10
+
+
+@pytest.fixture
+def standby_gone() -> Iterator[Replica]:
+    """A primary with overdue cards whose commits wait for a synchronous standby that has stopped."""
+    with streaming_replica() as replica:
+        migrate(replica.primary_url)
+        with psycopg.connect(replica.primary_url, autocommit=True) as primary:
+            project = uuid.uuid4()
+            primary.execute(
+                "INSERT INTO catalog.project_cards (id, developer_id, title, status, updated_at)"
+                " VALUES (%s, gen_random_uuid(), 'live project', 'Published', now())", [project],
+            )
+            primary.execute(
+                "INSERT INTO catalog.property_object_cards (id, project_id, title, status, updated_at)"
+                " SELECT gen_random_uuid(), %s, 'flat', 'Delisted', now() - interval '60 days'"
+                "   FROM generate_series(1, %s)", [project, OVERDUE],
+            )
+        replica.stop_standby()
+        replica.require_synchronous_standby()
+        yield replica
+
+
+def start_purge(replica: Replica, *options: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        manage_command("purge_delisted", "--json", "--batch-size", str(BATCH_SIZE), *options),
+        cwd=PROJECT_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={"PATH": "/usr/bin:/bin", "DATABASE_URL": replica.primary_url, "LOG_LEVEL": "INFO"},
+    )
+
+
+def waiting_for_the_standby(replica: Replica) -> bool:
+    with psycopg.connect(replica.primary_url, autocommit=True) as primary:
+        return primary.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE 'purge_delisted %' AND wait_event = 'SyncRep'"
+        ).fetchone()[0] > 0
+
+
+def finished(job: subprocess.Popen) -> tuple[dict, str]:
+    try:
+        stdout, stderr = job.communicate(timeout=WAIT_SECONDS)
+    finally:
+        if job.poll() is None:
+            job.kill()
+            job.communicate()
+    return json.loads(stdout), stderr
+
+
+def committed_locally(replica: Replica) -> int:
+    with psycopg.connect(replica.primary_url, autocommit=True) as primary:
+        return OVERDUE - primary.execute("SELECT count(*) FROM catalog.property_object_cards").fetchone()[0]
+
+
+def test_the_run_time_limit_ends_a_commit_waiting_for_a_gone_synchronous_standby(standby_gone):
+    job = start_purge(standby_gone, "--max-duration-seconds", "4")
+    wait_for(lambda: waiting_for_the_standby(standby_gone), what="the batch's COMMIT waiting in SyncRep")
+
+    result, stderr = finished(job)
+
+    assert (result["stop_reason"], result["batches_processed"]) == ("max_duration", 1)
+    assert result["deleted_property_object_cards"] == BATCH_SIZE == committed_locally(standby_gone)
+    assert stderr.count(SYNC_WAIT_CANCELLED_MESSAGE) == 1, stderr
+    assert not waiting_for_the_standby(standby_gone)
+
+
+def test_sigterm_ends_a_commit_waiting_for_a_gone_synchronous_standby(standby_gone):
+    job = start_purge(standby_gone, "--max-duration-seconds", "600")
+    wait_for(lambda: waiting_for_the_standby(standby_gone), what="the batch's COMMIT waiting in SyncRep")
+    job.send_signal(signal.SIGTERM)
+
+    result, stderr = finished(job)
+
+    assert job.returncode == 0, stderr
+    assert (result["stop_reason"], result["batches_processed"]) == ("stopped", 1)
+    assert result["deleted_property_object_cards"] == BATCH_SIZE == committed_locally(standby_gone)
+    assert stderr.count(SYNC_WAIT_CANCELLED_MESSAGE) == 1, stderr
