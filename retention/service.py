@@ -635,7 +635,7 @@ def isolate_culprits(run: Run, phase: Phase, failure: DataError) -> BatchOutcome
     batch refused whole about 2n, and never more than one transaction. The failed attempt and this transaction
     together count as one batch."""
     deleted_cards = deleted_overrides = 0
-    with run.transaction() as cursor:
+    with run.transaction(batch=True) as cursor:
         cursor.execute(phase.lock_batch, {
             "cutoff": run.cutoff, "batch_size": len(failure.ids), "only_ids": array_literal(failure.ids),
             "skipped_ids": "{}", "orphan_sweep_window": run.limits.orphan_sweep_window,
