@@ -446,8 +446,11 @@ def purge_delisted_cards(
     if result.culprits:
         result = dataclasses.replace(result, error=run.systemic_failure or CULPRITS.format(
             count=result.culprit_count, listed=len(result.culprits)))
+    elif run.unconfirmed_commit and result.stop_reason is StopReason.MAX_DURATION:
+        # Not a limit reached: the synchronous standby is gone, and cron must hear of it.
+        result = dataclasses.replace(result, stop_reason=StopReason.FAILED, error=SYNC_WAIT_CANCELLED_MESSAGE)
     metrics.run_finished(result, at_end)
-    if result.culprits:
+    if result.error:
         raise PurgeFailed(result)
     return result
 

@@ -74,15 +74,17 @@ def committed_locally(replica: Replica) -> int:
         return OVERDUE - primary.execute("SELECT count(*) FROM catalog.property_object_cards").fetchone()[0]
 
 
-def test_the_run_time_limit_ends_a_commit_waiting_for_a_gone_synchronous_standby(standby_gone):
+def test_the_run_time_limit_ends_a_commit_waiting_for_a_gone_synchronous_standby_as_a_failed_run(standby_gone):
     job = start_purge(standby_gone, "--max-duration-seconds", "4")
     wait_for(lambda: waiting_for_the_standby(standby_gone), what="the batch's COMMIT waiting in SyncRep")
 
     result, stderr = finished(job)
 
-    assert (result["stop_reason"], result["batches_processed"]) == ("max_duration", 1)
+    assert job.returncode == 1, stderr
+    assert (result["stop_reason"], result["batches_processed"]) == ("failed", 1)
+    assert result["error"] == SYNC_WAIT_CANCELLED_MESSAGE
     assert result["deleted_property_object_cards"] == BATCH_SIZE == committed_locally(standby_gone)
-    assert stderr.count(SYNC_WAIT_CANCELLED_MESSAGE) == 1, stderr
+    assert stderr.count(SYNC_WAIT_CANCELLED_MESSAGE) == 2, stderr  # the warning, and the run's one error line
     assert not waiting_for_the_standby(standby_gone)
 
 
