@@ -8,11 +8,13 @@ its sessions `purge_delisted <run_id>` (application_name), which is how a test f
 
 import subprocess
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TypeVar
 
+import psycopg
 from django.db import connection
 
 from retention.locks import advisory_lock_key
@@ -53,6 +55,21 @@ def wait_for(condition: Callable[[], T], *, what: str, timeout: float = WAIT_SEC
             raise AssertionError(f"gave up after {timeout}s waiting for {what}")
         time.sleep(0.05)
     return value
+
+
+def insert_overdue_objects(database_url: str, count: int) -> None:
+    """`count` property objects Delisted 60 days ago under one Published project, on a throwaway server."""
+    with psycopg.connect(database_url, autocommit=True) as server:
+        project = uuid.uuid4()
+        server.execute(
+            "INSERT INTO catalog.project_cards (id, developer_id, title, status, updated_at)"
+            " VALUES (%s, gen_random_uuid(), 'live project', 'Published', now())", [project],
+        )
+        server.execute(
+            "INSERT INTO catalog.property_object_cards (id, project_id, title, status, updated_at)"
+            " SELECT gen_random_uuid(), %s, 'flat', 'Delisted', now() - interval '60 days'"
+            "   FROM generate_series(1, %s)", [project, count],
+        )
 
 
 def execute(sql: str, params: list | None = None) -> None:

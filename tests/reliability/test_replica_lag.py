@@ -6,7 +6,6 @@ import json
 import signal
 import subprocess
 import time
-import uuid
 from collections.abc import Iterator
 from datetime import timedelta
 
@@ -14,7 +13,7 @@ import psycopg
 import pytest
 
 from retention.pacing import replica_lag
-from tests.reliability.support import WAIT_SECONDS, wait_for
+from tests.reliability.support import WAIT_SECONDS, insert_overdue_objects, wait_for
 from tests.servers import Replica, database_alias, migrate
 from tests.support import PROJECT_ROOT, manage_command
 
@@ -33,17 +32,7 @@ def catalog_replica(replica: Replica) -> Replica:
 
 @pytest.fixture
 def overdue_catalog(catalog_replica: Replica) -> Iterator[None]:
-    with psycopg.connect(catalog_replica.primary_url, autocommit=True) as primary:
-        project = uuid.uuid4()
-        primary.execute(
-            "INSERT INTO catalog.project_cards (id, developer_id, title, status, updated_at)"
-            " VALUES (%s, gen_random_uuid(), 'live project', 'Published', now())", [project],
-        )
-        primary.execute(
-            "INSERT INTO catalog.property_object_cards (id, project_id, title, status, updated_at)"
-            " SELECT gen_random_uuid(), %s, 'flat', 'Delisted', now() - interval '60 days'"
-            "   FROM generate_series(1, %s)", [project, OVERDUE],
-        )
+    insert_overdue_objects(catalog_replica.primary_url, OVERDUE)
     yield
     with psycopg.connect(catalog_replica.primary_url, autocommit=True) as primary:
         primary.execute("TRUNCATE catalog.project_cards, catalog.property_object_cards")

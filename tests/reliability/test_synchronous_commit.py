@@ -6,14 +6,13 @@ that the standby did not confirm it, and ends. A real primary with a real standb
 import json
 import signal
 import subprocess
-import uuid
 from collections.abc import Iterator
 
 import psycopg
 import pytest
 
 from retention.service import SYNC_WAIT_CANCELLED_MESSAGE
-from tests.reliability.support import WAIT_SECONDS, wait_for
+from tests.reliability.support import WAIT_SECONDS, insert_overdue_objects, wait_for
 from tests.servers import Replica, migrate, streaming_replica
 from tests.support import PROJECT_ROOT, manage_command
 
@@ -28,17 +27,7 @@ def standby_gone() -> Iterator[Replica]:
     """A primary with overdue cards whose commits wait for a synchronous standby that has stopped."""
     with streaming_replica() as replica:
         migrate(replica.primary_url)
-        with psycopg.connect(replica.primary_url, autocommit=True) as primary:
-            project = uuid.uuid4()
-            primary.execute(
-                "INSERT INTO catalog.project_cards (id, developer_id, title, status, updated_at)"
-                " VALUES (%s, gen_random_uuid(), 'live project', 'Published', now())", [project],
-            )
-            primary.execute(
-                "INSERT INTO catalog.property_object_cards (id, project_id, title, status, updated_at)"
-                " SELECT gen_random_uuid(), %s, 'flat', 'Delisted', now() - interval '60 days'"
-                "   FROM generate_series(1, %s)", [project, OVERDUE],
-            )
+        insert_overdue_objects(replica.primary_url, OVERDUE)
         replica.stop_standby()
         replica.require_synchronous_standby()
         yield replica
