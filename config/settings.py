@@ -44,6 +44,9 @@ def env_bool(name: str, default: bool) -> bool:
     raise ImproperlyConfigured(f"{name} must be true or false, got {raw!r}")
 
 
+CONNECT_TIMEOUT_SECONDS = 10
+
+
 def database_from_url(name: str, default: str) -> dict:
     url = env.str(name, default=default)
     scheme = url.split("://", 1)[0] if "://" in url else ""
@@ -57,6 +60,9 @@ def database_from_url(name: str, default: str) -> dict:
         raise ImproperlyConfigured(f"{name} is malformed ({error}): {url!r}") from None
     if not config.get("NAME"):
         raise ImproperlyConfigured(f"{name} names no database: {url!r}")
+    # A server that never answers (a dead host, a pooler with no server to give) would hold a connect for the
+    # operating system's TCP timeout, minutes; `?connect_timeout=N` in the URL sets another bound.
+    config.setdefault("OPTIONS", {}).setdefault("connect_timeout", CONNECT_TIMEOUT_SECONDS)
     return config
 
 

@@ -2,12 +2,15 @@
 which every line is at most 8 KiB and, with LOG_FORMAT=json, JSON — a 2,000-card batch's ids included."""
 
 import json
+import socket
+import time
 
 import psycopg
 import pytest
 from django.db import connection
 
 from config.logging import MAX_LINE_BYTES
+from config.settings import CONNECT_TIMEOUT_SECONDS
 from tests.factories import ProjectCardFactory, PropertyObjectCardFactory
 from tests.reliability.support import run_purge
 from tests.support import deletes_refused, free_loopback_port
@@ -21,6 +24,18 @@ def test_an_unreachable_database_is_one_line_and_exit_1():
     assert job.returncode == 1
     [line] = job.stderr.strip().splitlines()
     assert "purge_delisted: error: database 'default' is unreachable" in line
+
+
+def test_a_server_that_accepts_and_never_answers_is_one_line_within_the_connect_timeout():
+    with socket.create_server(("127.0.0.1", 0)) as silent:  # the kernel accepts; nothing ever answers
+        started = time.monotonic()
+        job = run_purge(DATABASE_URL=f"postgres://postgres@127.0.0.1:{silent.getsockname()[1]}/catalog")
+        took = time.monotonic() - started
+
+    assert job.returncode == 1
+    [line] = job.stderr.strip().splitlines()
+    assert "purge_delisted: error: database 'default' is unreachable" in line and "timeout" in line
+    assert CONNECT_TIMEOUT_SECONDS <= took < CONNECT_TIMEOUT_SECONDS + 20  # not the minutes of the TCP timeout
 
 
 def test_a_database_without_the_catalog_schema_is_one_line_saying_run_migrate():
