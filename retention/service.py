@@ -399,7 +399,8 @@ class Run:
     def result(self, stop_reason: StopReason, **fields) -> PurgeResult:
         return PurgeResult(
             run_id=self.run_id, cutoff=self.cutoff, stop_reason=stop_reason, batches_processed=self.batches,
-            culprits=tuple(self.culprits[:CULPRITS_LISTED]), culprit_count=len(self.culprits), replica_lag_wait_seconds=round(self.replica_lag_wait, 3),
+            culprits=tuple(self.culprits[:CULPRITS_LISTED]), culprit_count=len(self.culprits),
+            replica_lag_wait_seconds=round(self.replica_lag_wait, 3),
             duration_seconds=round(time.monotonic() - self.started, 3), **self.counts, **fields,
         )
 
@@ -591,13 +592,13 @@ def wait_for_replicas_if_asked(run: Run) -> StopReason | None:
 
 
 def delete_batch(run: Run, phase: Phase) -> BatchOutcome:
-    """One batch, one transaction: bound it and check the lock's session, lock the oldest overdue rows, delete them. Counted in the run when it commits."""
+    """One batch, one transaction: bound it and check the lock's session, lock the oldest overdue rows, delete them.
+    Counted in the run when it commits."""
     batch_ids = None
     try:
         with run.transaction(batch=True) as cursor:
             cursor.execute(phase.lock_batch, {
-                "cutoff": run.cutoff, "batch_size": run.limits.batch_size,
-                "only_ids": None,
+                "cutoff": run.cutoff, "batch_size": run.limits.batch_size, "only_ids": None,
                 "skipped_ids": array_literal([c.card_id for c in run.culprits if c.phase == phase.name]),
                 "orphan_sweep_window": run.limits.orphan_sweep_window,
             })
@@ -656,7 +657,8 @@ def isolate_culprits(run: Run, phase: Phase, failure: DataError) -> BatchOutcome
                 try:
                     with transaction.atomic(using=run.using):  # a savepoint: a failing part undoes itself alone
                         cursor.execute(phase.delete_batch, {
-                            "row_addresses": "{" + ",".join(f'"{address}"' for _, address in part) + "}",
+                            # A row address "(page,item)" holds a comma: quoted as an array element.
+                            "row_addresses": array_literal([f'"{address}"' for _, address in part]),
                             "cutoff": run.cutoff,
                         })
                         part_cards, part_overrides = cursor.fetchone()
