@@ -76,6 +76,8 @@ SYNC_WAIT_CANCELLED_MESSAGE = (
     "a batch committed on the primary but its synchronous standby did not confirm it (the wait was cancelled by "
     "the run's stop or time limit): the run stops; check the standby named in synchronous_standby_names"
 )
+# Overrides an orphan scan reads per statement: probing each one's card by key keeps a chunk at a few ms (docs/benchmark-findings.md).
+ORPHAN_SCAN_CHUNK = 1000
 IDS_PER_LOG_LINE = 150  # ~6 KB of uuids: every log line stays under 8 KiB
 CULPRITS_LISTED = 20  # culprits logged one by one and carried in the result; the rest are only counted
 # More culprits than this in one run is no longer a few poison cards but a systemic refusal: the run stops.
@@ -90,34 +92,69 @@ DATABASE_UNREACHABLE = "database {alias!r} is unreachable: {error}"
 
 @dataclass(frozen=True)
 class Phase:
-    """One kind of row the job deletes, in batches: the SQL that locks a batch and the SQL that deletes it."""
+    """One kind of row the job deletes, in batches.
+
+    `batch_sql` is a batch on the happy path, one statement: lock the batch FOR UPDATE SKIP LOCKED, delete it and
+    its overrides, return the counts and the session it ran on. Only a batch that failed for a data reason is
+    redone in parts, with `lock_sql` (its ids and row addresses) and `delete_sql` (a part, by row address).
+    `scan_sql` (the orphan phases) finds the candidates a batch takes, outside any row-locking transaction."""
 
     name: str
-    lock_batch: str
-    delete_batch: str
+    lock_sql: str
+    delete_sql: str
+    batch_sql: str
     deleted_overrides: str  # the PurgeResult field its overrides count into
     deleted_cards: str | None  # the PurgeResult field its cards count into; None: it deletes overrides only
+    scan_sql: str | None = None
 
 
-# Parameters: cutoff, batch_size, only_ids (NULL, or the ids of a failed batch being redone), skipped_ids (culprits
-# of this run), orphan_sweep_window (the orphan phases). Ids and row addresses come back as one array text value
-# each, not thousands of values to adapt.
-PROPERTY_OBJECTS = Phase(
-    name="property_objects",
-    lock_batch="""
-        SELECT count(*), array_agg(id)::text, array_agg(ctid)::text
-          FROM (SELECT id, ctid FROM catalog.property_object_cards
-                 WHERE status = 'Delisted' AND updated_at < %(cutoff)s
-                   AND (%(only_ids)s::uuid[] IS NULL OR id = ANY(%(only_ids)s::uuid[]))
-                   AND id <> ALL(%(skipped_ids)s::uuid[])
-                 ORDER BY updated_at, id
-                 LIMIT %(batch_size)s
-                 FOR UPDATE SKIP LOCKED) AS batch
+# The statements of a phase are built from two parts: `select_batch`, the SELECT of a batch's rows (id, ctid) with
+# its ORDER BY and LIMIT, and `delete`, the DELETE ... RETURNING of the rows at {row_addresses} with their
+# overrides ({ids}: theirs), ending in the CTE `deleted_overrides` and (card phases) `deleted_cards`. Parameters: cutoff,
+# batch_size, only_ids (NULL, or the ids a batch is limited to: a failed batch being redone, an orphan scan's
+# candidates), skipped_ids (culprits of this run). The row addresses (`ctid`) of locked rows cannot change while
+# this transaction holds their row locks: no UPDATE or DELETE can touch them, and VACUUM never moves a live row.
+def phase(name: str, *, select_batch: str, delete: str, deleted_cards: str | None, deleted_overrides: str,
+          scan_sql: str | None = None) -> Phase:
+    counts = "(SELECT count(*) FROM deleted_cards)" if deleted_cards else "0"
+    return Phase(
+        name=name,
+        # Ids and row addresses come back as one array text value each, not thousands of values to adapt.
+        lock_sql=f"""
+            SELECT count(*), array_agg(id)::text, array_agg(ctid)::text, pg_backend_pid(),
+                   current_setting('{SESSION_MARKER}', true)
+              FROM ({select_batch} FOR UPDATE SKIP LOCKED) AS batch
+        """,
+        delete_sql=f"""
+            WITH {delete.format(row_addresses="%(row_addresses)s::tid[]", ids="%(ids)s::uuid[]")}
+            SELECT {counts}, (SELECT count(*) FROM deleted_overrides)
+        """,
+        batch_sql=f"""
+            WITH batch AS ({select_batch} FOR UPDATE SKIP LOCKED),
+            {delete.format(row_addresses="ARRAY(SELECT ctid FROM batch)", ids="ARRAY(SELECT id FROM batch)")}
+            SELECT (SELECT count(*) FROM batch), {counts}, (SELECT count(*) FROM deleted_overrides),
+                   pg_backend_pid(), current_setting('{SESSION_MARKER}', true)
+        """,
+        deleted_cards=deleted_cards,
+        deleted_overrides=deleted_overrides,
+        scan_sql=scan_sql,
+    )
+
+
+PROPERTY_OBJECTS = phase(
+    "property_objects",
+    select_batch="""
+        SELECT id, ctid FROM catalog.property_object_cards
+         WHERE status = 'Delisted' AND updated_at < %(cutoff)s
+           AND (%(only_ids)s::uuid[] IS NULL OR id = ANY(%(only_ids)s::uuid[]))
+           AND id <> ALL(%(skipped_ids)s::uuid[])
+         ORDER BY updated_at, id
+         LIMIT %(batch_size)s
     """,
-    delete_batch="""
-        WITH deleted_cards AS (
+    delete="""
+        deleted_cards AS (
             DELETE FROM catalog.property_object_cards AS card
-             WHERE card.ctid = ANY(%(row_addresses)s::tid[])
+             WHERE card.ctid = ANY({row_addresses})
                AND card.status = 'Delisted' AND card.updated_at < %(cutoff)s
             RETURNING card.id
         ), deleted_overrides AS (
@@ -125,98 +162,102 @@ PROPERTY_OBJECTS = Phase(
              WHERE property_object_id IN (SELECT id FROM deleted_cards)
             RETURNING 1
         )
-        SELECT (SELECT count(*) FROM deleted_cards), (SELECT count(*) FROM deleted_overrides)
     """,
     deleted_cards="deleted_property_object_cards",
     deleted_overrides="deleted_property_object_overrides",
 )
-PROJECTS = Phase(
-    name="projects",
-    lock_batch="""
-        SELECT count(*), array_agg(id)::text, array_agg(ctid)::text
-          FROM (SELECT id, ctid FROM catalog.project_cards AS card
-                 WHERE status = 'Delisted' AND updated_at < %(cutoff)s
-                   AND NOT EXISTS (SELECT FROM catalog.property_object_cards AS po WHERE po.project_id = card.id)
-                   AND (%(only_ids)s::uuid[] IS NULL OR id = ANY(%(only_ids)s::uuid[]))
-                   AND id <> ALL(%(skipped_ids)s::uuid[])
-                 ORDER BY updated_at, id
-                 LIMIT %(batch_size)s
-                 FOR UPDATE SKIP LOCKED) AS batch
+# A project is deleted only once no property-object card is left under it. The DELETE re-checks that after the
+# projects are locked, with catalog.projects_with_property_objects (migration catalog 0005): an object upsert holds
+# its project FOR KEY SHARE, so once the project is locked no object can appear under it, and the function's fresh
+# snapshot sees any that was committed before, even after this statement began (its argument, the batch's ids,
+# is complete only once every row of the batch is locked).
+PROJECTS = phase(
+    "projects",
+    select_batch="""
+        SELECT id, ctid FROM catalog.project_cards AS card
+         WHERE status = 'Delisted' AND updated_at < %(cutoff)s
+           AND NOT EXISTS (SELECT FROM catalog.property_object_cards AS po WHERE po.project_id = card.id)
+           AND (%(only_ids)s::uuid[] IS NULL OR id = ANY(%(only_ids)s::uuid[]))
+           AND id <> ALL(%(skipped_ids)s::uuid[])
+         ORDER BY updated_at, id
+         LIMIT %(batch_size)s
     """,
-    # A new statement, so a new snapshot: it sees any object committed before the project rows were locked.
-    delete_batch="""
-        WITH deleted_cards AS (
+    delete="""
+        holding AS (
+            SELECT catalog.projects_with_property_objects({ids}) AS ids
+        ), deleted_cards AS (
             DELETE FROM catalog.project_cards AS card
-             WHERE card.ctid = ANY(%(row_addresses)s::tid[])
+             WHERE card.ctid = ANY({row_addresses})
                AND card.status = 'Delisted' AND card.updated_at < %(cutoff)s
-               AND NOT EXISTS (SELECT FROM catalog.property_object_cards AS po WHERE po.project_id = card.id)
+               AND card.id <> ALL((SELECT ids FROM holding)::uuid[])
             RETURNING card.id
         ), deleted_overrides AS (
             DELETE FROM catalog.building_display_overrides
              WHERE project_id IN (SELECT id FROM deleted_cards)
             RETURNING 1
         )
-        SELECT (SELECT count(*) FROM deleted_cards), (SELECT count(*) FROM deleted_overrides)
     """,
     deleted_cards="deleted_project_cards",
     deleted_overrides="deleted_building_overrides",
 )
 # Overrides whose card is gone: left by a writer outside catalog.operations' protocol, which locks the card
 # FOR KEY SHARE and refuses a gone one. The job's own batches delete a card's overrides with it. Only overrides
-# written within orphan_sweep_window are looked at, through the (created_at, id) indexes: an orphan is written
-# while or after its card is deleted, and a look at every override would read the whole card table every night
-# (7 s at 10M cards; docs/benchmark-findings.md). Older orphans: one run with a wide --orphan-sweep-days.
-ORPHAN_OBJECT_OVERRIDES = Phase(
-    name="orphan_property_object_overrides",
-    lock_batch="""
-        SELECT count(*), array_agg(id)::text, array_agg(ctid)::text
-          FROM (SELECT id, ctid FROM catalog.property_object_display_overrides AS override
+# written within orphan_sweep_window are looked at (an orphan is written while or after its card is deleted; older
+# orphans: one run with a wide --orphan-sweep-days), and never in one statement: `scan_sql` reads them in chunks of
+# ORPHAN_SCAN_CHUNK in (created_at, id) order through the (created_at, id) index, outside any row-locking
+# transaction, probing each one's card by its key (a LATERAL ... LIMIT 1 cannot become a hash join, which would
+# read every card), and a batch then takes the candidates it found by id and checks them again under its locks.
+# Parameters of the scan: orphan_sweep_window, after_created_at and after_id (where the previous chunk ended),
+# chunk.
+def orphan_phase(name: str, *, overrides: str, cards: str, card_key: str, deleted_overrides: str) -> Phase:
+    card_is_gone = f"NOT EXISTS (SELECT FROM catalog.{cards} AS card WHERE card.id = override.{card_key})"
+    return phase(
+        name,
+        scan_sql=f"""
+            WITH chunk AS (
+                SELECT id, created_at, {card_key} AS card_id FROM catalog.{overrides}
                  WHERE created_at >= now() - %(orphan_sweep_window)s
-                   AND NOT EXISTS (SELECT FROM catalog.property_object_cards AS card
-                                    WHERE card.id = override.property_object_id)
-                   AND (%(only_ids)s::bigint[] IS NULL OR id = ANY(%(only_ids)s::bigint[]))
-                   AND id::text <> ALL(%(skipped_ids)s::text[])
+                   AND (created_at, id) > (%(after_created_at)s::timestamptz, %(after_id)s::bigint)
                  ORDER BY created_at, id
-                 LIMIT %(batch_size)s
-                 FOR UPDATE SKIP LOCKED) AS batch
-    """,
-    delete_batch="""
-        WITH deleted_overrides AS (
-            DELETE FROM catalog.property_object_display_overrides AS override
-             WHERE override.ctid = ANY(%(row_addresses)s::tid[])
-               AND NOT EXISTS (SELECT FROM catalog.property_object_cards AS card
-                                WHERE card.id = override.property_object_id)
-            RETURNING 1
-        )
-        SELECT 0, (SELECT count(*) FROM deleted_overrides)
-    """,
-    deleted_cards=None,
+                 LIMIT %(chunk)s
+            ), last AS (
+                SELECT created_at, id FROM chunk ORDER BY created_at DESC, id DESC LIMIT 1
+            )
+            SELECT (SELECT count(*) FROM chunk),
+                   (SELECT array_agg(chunk.id ORDER BY chunk.created_at, chunk.id)::text
+                      FROM chunk
+                      LEFT JOIN LATERAL (SELECT true AS found FROM catalog.{cards} AS card
+                                          WHERE card.id = chunk.card_id LIMIT 1) AS card ON true
+                     WHERE card.found IS NULL),
+                   (SELECT created_at FROM last), (SELECT id FROM last)
+        """,
+        select_batch=f"""
+            SELECT id, ctid FROM catalog.{overrides} AS override
+             WHERE id = ANY(%(only_ids)s::bigint[]) AND {card_is_gone}
+               AND id::text <> ALL(%(skipped_ids)s::text[])
+             ORDER BY created_at, id
+             LIMIT %(batch_size)s
+        """,
+        delete=f"""
+            deleted_overrides AS (
+                DELETE FROM catalog.{overrides} AS override
+                 WHERE override.ctid = ANY({{row_addresses}}) AND {card_is_gone}
+                RETURNING 1
+            )
+        """,
+        deleted_cards=None,
+        deleted_overrides=deleted_overrides,
+    )
+
+
+ORPHAN_OBJECT_OVERRIDES = orphan_phase(
+    "orphan_property_object_overrides", overrides="property_object_display_overrides",
+    cards="property_object_cards", card_key="property_object_id",
     deleted_overrides="deleted_property_object_overrides",
 )
-ORPHAN_BUILDING_OVERRIDES = Phase(
-    name="orphan_building_overrides",
-    lock_batch="""
-        SELECT count(*), array_agg(id)::text, array_agg(ctid)::text
-          FROM (SELECT id, ctid FROM catalog.building_display_overrides AS override
-                 WHERE created_at >= now() - %(orphan_sweep_window)s
-                   AND NOT EXISTS (SELECT FROM catalog.project_cards AS card WHERE card.id = override.project_id)
-                   AND (%(only_ids)s::bigint[] IS NULL OR id = ANY(%(only_ids)s::bigint[]))
-                   AND id::text <> ALL(%(skipped_ids)s::text[])
-                 ORDER BY created_at, id
-                 LIMIT %(batch_size)s
-                 FOR UPDATE SKIP LOCKED) AS batch
-    """,
-    delete_batch="""
-        WITH deleted_overrides AS (
-            DELETE FROM catalog.building_display_overrides AS override
-             WHERE override.ctid = ANY(%(row_addresses)s::tid[])
-               AND NOT EXISTS (SELECT FROM catalog.project_cards AS card WHERE card.id = override.project_id)
-            RETURNING 1
-        )
-        SELECT 0, (SELECT count(*) FROM deleted_overrides)
-    """,
-    deleted_cards=None,
-    deleted_overrides="deleted_building_overrides",
+ORPHAN_BUILDING_OVERRIDES = orphan_phase(
+    "orphan_building_overrides", overrides="building_display_overrides", cards="project_cards",
+    card_key="project_id", deleted_overrides="deleted_building_overrides",
 )
 # The orphans first, oldest first: a run stopped on its limits in the card phases has then looked at every orphan
 # within the window, so none outlives the sweep while runs come more often than the window. Orphans are rare (a
@@ -257,20 +298,23 @@ class StopRequest:
         """Sleep, waking at once on a stop request."""
         self._requested.wait(seconds)
 
+    def cancel_in_flight(self) -> None:
+        """Cancel the transaction in flight if it writes (the run's deadline timer): a COMMIT waiting for a
+        synchronous standby is bound by no statement_timeout. A read is left to its statement_timeout, so that
+        the end of a run can still count what it left."""
+        if (in_flight := self._in_flight) is not None and in_flight[2]:
+            self.cancel(in_flight)
+
     @contextmanager
-    def cancelling(self, database_connection, *, deadline: timedelta) -> Iterator[None]:
-        """Cancel what `database_connection` runs in the block on a stop request or at `deadline`, COMMIT included
-        (a COMMIT waiting for a synchronous standby is not bound by statement_timeout)."""
-        registration = (database_connection, object())
+    def cancelling(self, database_connection, *, writes: bool = True) -> Iterator[None]:
+        """Cancel what `database_connection` runs in the block on a stop request, and at the run's deadline if it
+        `writes`, COMMIT included."""
+        registration = (database_connection, object(), writes)
         with self._lock:
             self._in_flight = registration
-        timer = threading.Timer(deadline.total_seconds(), self.cancel, args=(registration,))
-        timer.daemon = True
-        timer.start()
         try:
             yield
         finally:
-            timer.cancel()
             with self._lock:
                 self._in_flight = None
 
@@ -294,13 +338,14 @@ class BatchOutcome:
     deleted_overrides: int
 
 
-class DataError(Exception):
-    """A batch failed because of its rows: split it to find the culprits."""
+class BatchRefused(Exception):
+    """A batch failed because of its rows: redo it in parts to find the culprits. `only_ids`: the ids it was
+    limited to (an orphan scan's candidates), or None."""
 
-    def __init__(self, error: DatabaseError, ids: list[str]):
+    def __init__(self, error: DatabaseError, only_ids: list[str] | None):
         super().__init__(str(error))
         self.error = error
-        self.ids = ids
+        self.only_ids = only_ids
 
 
 class StopRun(Exception):
@@ -333,6 +378,7 @@ class Run:
     systemic_failure: str | None = None
     replica_lag_wait: float = 0.0
     unconfirmed_commit: bool = False  # a COMMIT's wait for the synchronous standby was cancelled
+    session_timeouts: tuple | None = None  # (the session, its statement_timeout, its lock_timeout in ms)
 
     @property
     def application_name(self) -> str:
@@ -344,10 +390,13 @@ class Run:
     @contextmanager
     def transaction(self, *, batch: bool = False) -> Iterator:
         """A transaction whose every statement waits at most lock_timeout for a lock and runs at most
-        statement_timeout, and never past what is left of the run; a stop request cancels its statement. A `batch`
-        does not start once a stop is requested."""
-        statement_timeout = max(MIN_STATEMENT_TIMEOUT, min(self.limits.statement_timeout, self.left()))
-        lock_timeout = min(self.limits.lock_timeout, statement_timeout)
+        statement_timeout, and never past what is left of the run; a stop request or the run's deadline cancels
+        its statement, COMMIT included. A `batch` does not start once a stop is requested.
+
+        The timeouts are settings of the session, set with its application name by the first transaction on it:
+        later transactions pay a statement for them (SET LOCAL) only once the time left shrinks below them."""
+        statement_timeout = milliseconds(max(MIN_STATEMENT_TIMEOUT, min(self.limits.statement_timeout, self.left())))
+        lock_timeout = min(milliseconds(self.limits.lock_timeout), statement_timeout)
         connection = connections[self.using]
         connection.ensure_connection()
         session = connection.connection  # Django drops it when it breaks
@@ -355,24 +404,17 @@ class Run:
         notice_handler = partial(record_sync_wait_cancel, sync_wait_cancelled)
         session.add_notice_handler(notice_handler)
         try:
-            with self.stop.cancelling(session, deadline=max(self.left(), MIN_STATEMENT_TIMEOUT)):
+            with self.stop.cancelling(session, writes=batch):
                 # A stop asked before the registration above had nothing to cancel.
                 if batch and self.stop.requested:
                     raise StopRun(StopReason.STOPPED)
                 try:
                     with transaction.atomic(using=self.using), connection.cursor() as cursor:
-                        cursor.execute(
-                            "SELECT set_config('statement_timeout', %s, true), set_config('lock_timeout', %s, true),"
-                            " set_config('application_name', %s, false), pg_backend_pid(), current_setting(%s, true)",
-                            [f"{milliseconds(statement_timeout)}ms", f"{milliseconds(lock_timeout)}ms",
-                             self.application_name, SESSION_MARKER],
-                        )
-                        *_, backend_pid, marker = cursor.fetchone()
-                        if self.lock_session is not None:
-                            self.lock_session.verify(backend_pid, marker)
+                        self.bound_session(cursor, session, statement_timeout, lock_timeout)
                         yield cursor
-                except DatabaseError as error:
-                    if sqlstate(error) == QUERY_CANCELED:
+                except BaseException as error:
+                    self.session_timeouts = None  # rolled back: a SET in the transaction is undone
+                    if isinstance(error, DatabaseError) and sqlstate(error) == QUERY_CANCELED:
                         if self.stop.requested:
                             raise StopRun(StopReason.STOPPED) from error
                         if self.left() <= timedelta(0):
@@ -384,6 +426,55 @@ class Run:
             # Committed here, not confirmed by the standby: the caller counts the batch, the run stops.
             self.unconfirmed_commit = True
             self.log.warning(SYNC_WAIT_CANCELLED_MESSAGE)
+
+    def bound_session(self, cursor, session, statement_timeout: int, lock_timeout: int) -> None:
+        """Set the timeouts (milliseconds): for the session on its first transaction, then for one transaction
+        when they are below the session's."""
+        if self.session_timeouts is not None and self.session_timeouts[0] is session:
+            _, session_statement_timeout, session_lock_timeout = self.session_timeouts
+            if statement_timeout >= session_statement_timeout and lock_timeout >= session_lock_timeout:
+                return
+            cursor.execute(
+                "SELECT set_config('statement_timeout', %s, true), set_config('lock_timeout', %s, true)",
+                [f"{statement_timeout}ms", f"{lock_timeout}ms"],
+            )
+            return
+        cursor.execute(
+            "SELECT set_config('statement_timeout', %s, false), set_config('lock_timeout', %s, false),"
+            " set_config('application_name', %s, false)",
+            [f"{statement_timeout}ms", f"{lock_timeout}ms", self.application_name],
+        )
+        self.session_timeouts = (session, statement_timeout, lock_timeout)
+
+    @contextmanager
+    def deadline(self) -> Iterator[None]:
+        """The run's time limit on what runs on its session: at max_duration the statement in flight is
+        cancelled, COMMIT included. On the way out the session's timeouts go back to its defaults."""
+        timer = threading.Timer(self.limits.max_duration.total_seconds(), self.stop.cancel_in_flight)
+        timer.daemon = True
+        timer.start()
+        try:
+            yield
+        finally:
+            timer.cancel()
+            self.reset_session()
+
+    def reset_session(self) -> None:
+        connection = connections[self.using]
+        if self.session_timeouts is None or connection.connection is not self.session_timeouts[0]:
+            return  # nothing set, or set on a session that is gone
+        try:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT set_config(name, reset_val, false) FROM pg_settings"
+                               " WHERE name IN ('statement_timeout', 'lock_timeout')")
+        except DatabaseError as error:
+            self.log.warning("could not reset the session's timeouts: %s", first_line(error))
+        self.session_timeouts = None
+
+    def verify_session(self, backend_pid: int, marker: str | None) -> None:
+        """That a batch ran on the session holding the advisory lock (retention.locks)."""
+        if self.lock_session is not None:
+            self.lock_session.verify(backend_pid, marker)
 
     def reason_to_stop(self) -> StopReason | None:
         if self.stop.requested:
@@ -429,12 +520,18 @@ def purge_delisted_cards(
     run_id = uuid.uuid4()
     run = Run(limits=limits, using=using, stop=stop or StopRequest(), log=RunLog(logger, {"run_id": str(run_id)}),
               run_id=run_id)
+    with run.deadline():
+        return dry_or_real_run(run, dry_run=dry_run, now=now, on_start=on_start, on_batch=on_batch)
+
+
+def dry_or_real_run(run: Run, *, dry_run: bool, now, on_start, on_batch) -> PurgeResult:
+    limits = run.limits
     if dry_run:
         try:
             return fail_cleanly(run, lambda: preview_purge(run, now), dry_run=True)
         except StopRun as stop:
             return run.result(stop.reason, dry_run=True)
-    metrics = RunMetrics(run_id=run_id, max_duration=limits.max_duration)
+    metrics = RunMetrics(run_id=run.run_id, max_duration=limits.max_duration)
     try:
         result, at_end = fail_cleanly(run, lambda: locked_run(
             run, now, metrics, on_start or (lambda backlog: None), on_batch or (lambda deleted: None)
@@ -535,35 +632,67 @@ def summary_fields(result: PurgeResult) -> dict:
 def run_phases(run: Run, on_batch: Callable[[int], None]) -> StopReason:
     last_batch_seconds = None
     for phase in PHASES:
+        orphans = OrphanScan(phase) if phase.scan_sql else None
         while True:
             if last_batch_seconds is not None:
                 run.stop.sleep(run.limits.batch_pause.total_seconds()
                                + run.limits.batch_pause_factor * last_batch_seconds)
             if reason := run.reason_to_stop() or wait_for_replicas_if_asked(run):
                 return reason
-            started = time.monotonic()
             try:
-                outcome = delete_batch(run, phase)
+                only_ids = orphans.next_candidates(run) if orphans else None
+                if only_ids == []:
+                    break  # the orphan scan reached the end of the window
+                started = time.monotonic()
+                try:
+                    outcome = delete_batch(run, phase, only_ids)
+                except BatchRefused as failure:
+                    outcome = isolate_culprits(run, phase, failure)
+                    run.systemic_failure = systemic_failure(run, outcome, failure.error)
+                    if run.systemic_failure:
+                        run.log.error(run.systemic_failure,
+                                      extra={"phase": phase.name, "culprits": len(run.culprits)})
+                        return StopReason.FAILED
+                else:
+                    run.refused_batches = 0
             except StopRun as stop:
                 return stop.reason
-            except DataError as failure:
-                try:
-                    outcome = isolate_culprits(run, phase, failure)
-                except StopRun as stop:
-                    return stop.reason
-                run.systemic_failure = systemic_failure(run, outcome, failure.error)
-                if run.systemic_failure:
-                    run.log.error(run.systemic_failure, extra={"phase": phase.name, "culprits": len(run.culprits)})
-                    return StopReason.FAILED
-            else:
-                run.refused_batches = 0
             # The pause rests the database after work; an empty selection (a phase ran dry) did none.
             last_batch_seconds = time.monotonic() - started if outcome.selected else None
             if outcome.selected:
                 on_batch(outcome.deleted_cards)
-            if outcome.selected < run.limits.batch_size:
+            if not orphans and outcome.selected < run.limits.batch_size:
                 break  # this phase ran dry
     return StopReason.COMPLETED
+
+
+@dataclass
+class OrphanScan:
+    """Where an orphan phase's scan of the overrides written within the window has got to, and the candidates it
+    found that no batch has taken yet."""
+
+    phase: Phase
+    after: tuple = ("-infinity", 0)  # (created_at, id) of the last override scanned
+    exhausted: bool = False
+    candidates: list[str] = field(default_factory=list)
+
+    def next_candidates(self, run: Run) -> list[str]:
+        """Up to a batch of candidates, scanning on in chunks (each its own short transaction, no row locks) until
+        it has a batch or reaches the end of the window; [] when no candidate is left."""
+        while not self.exhausted and len(self.candidates) < run.limits.batch_size:
+            if reason := run.reason_to_stop():
+                raise StopRun(reason)
+            with run.transaction() as cursor:
+                cursor.execute(self.phase.scan_sql, {
+                    "orphan_sweep_window": run.limits.orphan_sweep_window, "after_created_at": self.after[0],
+                    "after_id": self.after[1], "chunk": ORPHAN_SCAN_CHUNK,
+                })
+                scanned, orphans, *last = cursor.fetchone()
+            self.candidates += parse_array(orphans) if orphans else []
+            self.exhausted = scanned < ORPHAN_SCAN_CHUNK
+            self.after = tuple(last)
+        batch, self.candidates = self.candidates[:run.limits.batch_size], self.candidates[run.limits.batch_size:]
+        return batch
 
 
 def wait_for_replicas_if_asked(run: Run) -> StopReason | None:
@@ -591,31 +720,42 @@ def wait_for_replicas_if_asked(run: Run) -> StopReason | None:
     return None if wait.caught_up else StopReason.REPLICA_LAG
 
 
-def delete_batch(run: Run, phase: Phase) -> BatchOutcome:
-    """One batch, one transaction: bound it and check the lock's session, lock the oldest overdue rows, delete them.
-    Counted in the run when it commits."""
-    batch_ids = None
+def delete_batch(run: Run, phase: Phase, only_ids: list[str] | None) -> BatchOutcome:
+    """One batch, one transaction, one statement: lock the oldest overdue rows (or those of `only_ids`), delete
+    them, check that it ran on the lock's session. Counted in the run when it commits."""
+    params = batch_params(run, phase, only_ids)
     try:
         with run.transaction(batch=True) as cursor:
-            cursor.execute(phase.lock_batch, {
-                "cutoff": run.cutoff, "batch_size": run.limits.batch_size, "only_ids": None,
-                "skipped_ids": array_literal([c.card_id for c in run.culprits if c.phase == phase.name]),
-                "orphan_sweep_window": run.limits.orphan_sweep_window,
-            })
-            selected, batch_ids, row_addresses = cursor.fetchone()
-            if not selected:
-                return BatchOutcome(selected=0, deleted_cards=0, deleted_overrides=0)
-            cursor.execute(phase.delete_batch, {"row_addresses": row_addresses, "cutoff": run.cutoff})
-            deleted_cards, deleted_overrides = cursor.fetchone()
+            cursor.execute(phase.batch_sql, params)
+            selected, deleted_cards, deleted_overrides, backend_pid, marker = cursor.fetchone()
+            run.verify_session(backend_pid, marker)
     except DatabaseError as error:
-        ids = parse_array(batch_ids) if batch_ids else []
-        log_batch_failure(run, phase, error, ids)
-        if is_data_error(error) and ids:
-            raise DataError(error, ids) from error
+        if is_data_error(error):
+            raise BatchRefused(error, only_ids) from error
+        log_batch_failure(run, phase, error, ids_of_failed_batch(run, phase, params))
         raise
-    return count_batch(run, phase, BatchOutcome(
-        selected=selected, deleted_cards=deleted_cards, deleted_overrides=deleted_overrides
-    ))
+    outcome = BatchOutcome(selected=selected, deleted_cards=deleted_cards, deleted_overrides=deleted_overrides)
+    return count_batch(run, phase, outcome) if selected else outcome
+
+
+def batch_params(run: Run, phase: Phase, only_ids: list[str] | None) -> dict:
+    return {
+        "cutoff": run.cutoff, "batch_size": run.limits.batch_size,
+        "only_ids": None if only_ids is None else array_literal(only_ids),
+        "skipped_ids": array_literal([c.card_id for c in run.culprits if c.phase == phase.name]),
+    }
+
+
+def ids_of_failed_batch(run: Run, phase: Phase, params: dict) -> list[str]:
+    """The ids a batch that failed for an infrastructure reason had selected, for its log line: read again (it
+    rolled back whole), on a new session if its own is gone; [] when that fails too."""
+    try:
+        with run.transaction() as cursor:
+            cursor.execute(phase.lock_sql, params)
+            batch_ids = cursor.fetchone()[1]
+    except (DatabaseError, psycopg.Error, StopRun):
+        return []
+    return parse_array(batch_ids) if batch_ids else []
 
 
 def count_batch(run: Run, phase: Phase, outcome: BatchOutcome) -> BatchOutcome:
@@ -632,19 +772,18 @@ def count_batch(run: Run, phase: Phase, outcome: BatchOutcome) -> BatchOutcome:
     return outcome
 
 
-def isolate_culprits(run: Run, phase: Phase, failure: DataError) -> BatchOutcome:
+def isolate_culprits(run: Run, phase: Phase, failure: BatchRefused) -> BatchOutcome:
     """Redo a batch that failed for a data reason in one transaction, under the same lock, limits, timeouts and stop
-    request: lock its cards again, then delete them in halves, each under a savepoint, halving every part that
-    fails until each card that cannot be deleted alone is isolated. A culprit costs about 2·log2(n) statements, a
-    batch refused whole about 2n, and never more than one transaction. The failed attempt and this transaction
-    together count as one batch."""
+    request: lock its rows again (its transaction rolled back whole), log its ids, then delete them in halves,
+    each under a savepoint, halving every part that fails until each card that cannot be deleted alone is
+    isolated. A culprit costs about 2·log2(n) statements, a batch refused whole about 2n, and never more than one
+    transaction. The failed attempt and this transaction together count as one batch."""
     deleted_cards = deleted_overrides = 0
     with run.transaction(batch=True) as cursor:
-        cursor.execute(phase.lock_batch, {
-            "cutoff": run.cutoff, "batch_size": len(failure.ids), "only_ids": array_literal(failure.ids),
-            "skipped_ids": "{}", "orphan_sweep_window": run.limits.orphan_sweep_window,
-        })
-        selected, batch_ids, row_addresses = cursor.fetchone()
+        cursor.execute(phase.lock_sql, batch_params(run, phase, failure.only_ids))
+        selected, batch_ids, row_addresses, backend_pid, marker = cursor.fetchone()
+        run.verify_session(backend_pid, marker)
+        log_batch_failure(run, phase, failure.error, parse_array(batch_ids) if batch_ids else [])
         cursor.execute("SELECT unnest(%s::text[]), unnest(%s::tid[])::text", [batch_ids or "{}", row_addresses or "{}"])
         pending = [(cursor.fetchall(), failure.error)] if selected else []
         while pending:
@@ -656,10 +795,10 @@ def isolate_culprits(run: Run, phase: Phase, failure: DataError) -> BatchOutcome
             for part in (cards[:half], cards[half:]):
                 try:
                     with transaction.atomic(using=run.using):  # a savepoint: a failing part undoes itself alone
-                        cursor.execute(phase.delete_batch, {
+                        cursor.execute(phase.delete_sql, {
                             # A row address "(page,item)" holds a comma: quoted as an array element.
                             "row_addresses": array_literal([f'"{address}"' for _, address in part]),
-                            "cutoff": run.cutoff,
+                            "ids": array_literal([card_id for card_id, _ in part]), "cutoff": run.cutoff,
                         })
                         part_cards, part_overrides = cursor.fetchone()
                 except DatabaseError as part_error:

@@ -2,7 +2,6 @@
 statement to cancel, and a cancel that is sent only once its transaction is over. Real database."""
 
 import time
-from datetime import timedelta
 
 import psycopg
 import pytest
@@ -52,7 +51,7 @@ class LateCancel(StopRequest):
 def test_a_late_cancel_does_not_reach_the_next_statement_on_the_connection():
     stop = LateCancel()
     with psycopg.connect(database_url_of_tests(), autocommit=True) as connection:
-        with stop.cancelling(connection, deadline=timedelta(minutes=1)):
+        with stop.cancelling(connection):
             stop.request()  # the transaction ends before the cancel is sent
 
         # What the run does next on the same session (the end count, the unlock) runs to its end.
@@ -62,6 +61,6 @@ def test_a_late_cancel_does_not_reach_the_next_statement_on_the_connection():
 def test_a_late_cancel_still_reaches_the_statement_it_was_meant_for():
     stop = LateCancel()
     with psycopg.connect(database_url_of_tests(), autocommit=True) as connection:
-        with stop.cancelling(connection, deadline=timedelta(minutes=1)), pytest.raises(psycopg.errors.QueryCanceled):
+        with stop.cancelling(connection), pytest.raises(psycopg.errors.QueryCanceled):
             stop.request()
             connection.execute("SELECT pg_sleep(30)")

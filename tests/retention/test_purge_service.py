@@ -280,25 +280,6 @@ def test_without_arguments_the_service_runs_at_the_settings_limits(settings):
     )
 
 
-def test_each_batch_runs_the_same_small_number_of_statements_whatever_its_size():
-    def statements_per_batch(batch_size):
-        overdue_objects(batch_size * 3)
-        with CaptureQueriesContext(connection) as queries:
-            result = purge(now=NOW, batch_size=batch_size)
-        assert result.deleted_property_object_cards == batch_size * 3
-        selections = [q for q in queries if "FOR UPDATE SKIP LOCKED" in q["sql"]]
-        deletions = [q for q in queries if q["sql"].lstrip().startswith("WITH deleted_cards")]
-        return len(queries), len(selections), len(deletions)
-
-    small = statements_per_batch(2)
-    large = statements_per_batch(50)
-
-    # Both runs: 3 full batches, then one empty selection per phase (objects, projects, two kinds of orphan
-    # overrides); one DELETE statement per batch.
-    assert small == large
-    assert small[1:] == (7, 3)
-
-
 def catalog_for_previews() -> None:
     """14 overdue objects: 3 Delisted projects with 3 objects each (overrides on all), a Delisted project held back
     by a Published object, and 4 overdue objects of a Published project."""
