@@ -21,11 +21,12 @@ from django.db import connections
 from django.db.models import Exists, OuterRef, Q
 
 from catalog.models import CardStatus, ProjectCard, PropertyObjectCard
+from retention.phases import HELD_BACK
 from retention.results import StopReason
 
 # With count_within_window false each kind's scan stops at the cutoff: `counted` is then the overdue cards alone.
 # The oldest Delisted card is the first entry of the partial index either way.
-MEASURE_BACKLOG = """
+MEASURE_BACKLOG = f"""
 WITH objects AS (
     SELECT count(*) AS counted, count(*) FILTER (WHERE updated_at < %(cutoff)s) AS overdue,
            (SELECT min(updated_at) FROM catalog.property_object_cards WHERE status = 'Delisted') AS oldest_delisted_at
@@ -34,9 +35,7 @@ WITH objects AS (
 ), projects AS (
     SELECT count(*) AS counted, count(*) FILTER (WHERE updated_at < %(cutoff)s) AS overdue,
            (SELECT min(updated_at) FROM catalog.project_cards WHERE status = 'Delisted') AS oldest_delisted_at,
-           count(*) FILTER (WHERE %(count_held_back)s AND updated_at < %(cutoff)s AND EXISTS (
-               SELECT FROM catalog.property_object_cards AS po WHERE po.project_id = card.id
-           )) AS held_back
+           count(*) FILTER (WHERE %(count_held_back)s AND updated_at < %(cutoff)s AND {HELD_BACK}) AS held_back
       FROM catalog.project_cards AS card
      WHERE status = 'Delisted' AND (%(count_within_window)s OR updated_at < %(cutoff)s)
 )

@@ -55,6 +55,9 @@ from retention.locks import (
 )
 from retention.metrics import RunMetrics
 from retention.pacing import ReplicaLagHidden, wait_for_replicas
+from retention.phases import (
+    CARD_PHASES, HELD_BACK_AFTER_PHASE_A, OVERRIDES_OF_DOOMED, PHASES, PROJECTS, PROPERTY_OBJECTS, Phase,
+)
 from retention.results import Culprit, PurgeFailed, PurgeResult, StopReason
 
 logger = logging.getLogger(__name__)
@@ -88,142 +91,6 @@ SCHEMA_MISSING = "the catalog schema is missing in database {alias!r}: run `mana
 DATABASE_UNREACHABLE = "database {alias!r} is unreachable: {error}"
 
 
-@dataclass(frozen=True)
-class Phase:
-    """One kind of row the job deletes, in batches: the SQL that locks a batch and the SQL that deletes it."""
-
-    name: str
-    lock_batch: str
-    delete_batch: str
-    deleted_overrides: str  # the PurgeResult field its overrides count into
-    deleted_cards: str | None  # the PurgeResult field its cards count into; None: it deletes overrides only
-
-
-# Parameters: cutoff, batch_size, only_ids (NULL, or the ids of a failed batch being redone), skipped_ids (culprits
-# of this run), orphan_sweep_window (the orphan phases). Ids and row addresses come back as one array text value
-# each, not thousands of values to adapt.
-PROPERTY_OBJECTS = Phase(
-    name="property_objects",
-    lock_batch="""
-        SELECT count(*), array_agg(id)::text, array_agg(ctid)::text
-          FROM (SELECT id, ctid FROM catalog.property_object_cards
-                 WHERE status = 'Delisted' AND updated_at < %(cutoff)s
-                   AND (%(only_ids)s::uuid[] IS NULL OR id = ANY(%(only_ids)s::uuid[]))
-                   AND id <> ALL(%(skipped_ids)s::uuid[])
-                 ORDER BY updated_at, id
-                 LIMIT %(batch_size)s
-                 FOR UPDATE SKIP LOCKED) AS batch
-    """,
-    delete_batch="""
-        WITH deleted_cards AS (
-            DELETE FROM catalog.property_object_cards AS card
-             WHERE card.ctid = ANY(%(row_addresses)s::tid[])
-               AND card.status = 'Delisted' AND card.updated_at < %(cutoff)s
-            RETURNING card.id
-        ), deleted_overrides AS (
-            DELETE FROM catalog.property_object_display_overrides
-             WHERE property_object_id IN (SELECT id FROM deleted_cards)
-            RETURNING 1
-        )
-        SELECT (SELECT count(*) FROM deleted_cards), (SELECT count(*) FROM deleted_overrides)
-    """,
-    deleted_cards="deleted_property_object_cards",
-    deleted_overrides="deleted_property_object_overrides",
-)
-PROJECTS = Phase(
-    name="projects",
-    lock_batch="""
-        SELECT count(*), array_agg(id)::text, array_agg(ctid)::text
-          FROM (SELECT id, ctid FROM catalog.project_cards AS card
-                 WHERE status = 'Delisted' AND updated_at < %(cutoff)s
-                   AND NOT EXISTS (SELECT FROM catalog.property_object_cards AS po WHERE po.project_id = card.id)
-                   AND (%(only_ids)s::uuid[] IS NULL OR id = ANY(%(only_ids)s::uuid[]))
-                   AND id <> ALL(%(skipped_ids)s::uuid[])
-                 ORDER BY updated_at, id
-                 LIMIT %(batch_size)s
-                 FOR UPDATE SKIP LOCKED) AS batch
-    """,
-    # A new statement, so a new snapshot: it sees any object committed before the project rows were locked.
-    delete_batch="""
-        WITH deleted_cards AS (
-            DELETE FROM catalog.project_cards AS card
-             WHERE card.ctid = ANY(%(row_addresses)s::tid[])
-               AND card.status = 'Delisted' AND card.updated_at < %(cutoff)s
-               AND NOT EXISTS (SELECT FROM catalog.property_object_cards AS po WHERE po.project_id = card.id)
-            RETURNING card.id
-        ), deleted_overrides AS (
-            DELETE FROM catalog.building_display_overrides
-             WHERE project_id IN (SELECT id FROM deleted_cards)
-            RETURNING 1
-        )
-        SELECT (SELECT count(*) FROM deleted_cards), (SELECT count(*) FROM deleted_overrides)
-    """,
-    deleted_cards="deleted_project_cards",
-    deleted_overrides="deleted_building_overrides",
-)
-# Overrides whose card is gone: left by a writer outside catalog.operations' protocol, which locks the card
-# FOR KEY SHARE and refuses a gone one. The job's own batches delete a card's overrides with it. Only overrides
-# written within orphan_sweep_window are looked at, through the (created_at, id) indexes: an orphan is written
-# while or after its card is deleted, and a look at every override would read the whole card table every night
-# (7 s at 10M cards; docs/benchmark-findings.md). Older orphans: one run with a wide --orphan-sweep-days.
-ORPHAN_OBJECT_OVERRIDES = Phase(
-    name="orphan_property_object_overrides",
-    lock_batch="""
-        SELECT count(*), array_agg(id)::text, array_agg(ctid)::text
-          FROM (SELECT id, ctid FROM catalog.property_object_display_overrides AS override
-                 WHERE created_at >= now() - %(orphan_sweep_window)s
-                   AND NOT EXISTS (SELECT FROM catalog.property_object_cards AS card
-                                    WHERE card.id = override.property_object_id)
-                   AND (%(only_ids)s::bigint[] IS NULL OR id = ANY(%(only_ids)s::bigint[]))
-                   AND id::text <> ALL(%(skipped_ids)s::text[])
-                 ORDER BY created_at, id
-                 LIMIT %(batch_size)s
-                 FOR UPDATE SKIP LOCKED) AS batch
-    """,
-    delete_batch="""
-        WITH deleted_overrides AS (
-            DELETE FROM catalog.property_object_display_overrides AS override
-             WHERE override.ctid = ANY(%(row_addresses)s::tid[])
-               AND NOT EXISTS (SELECT FROM catalog.property_object_cards AS card
-                                WHERE card.id = override.property_object_id)
-            RETURNING 1
-        )
-        SELECT 0, (SELECT count(*) FROM deleted_overrides)
-    """,
-    deleted_cards=None,
-    deleted_overrides="deleted_property_object_overrides",
-)
-ORPHAN_BUILDING_OVERRIDES = Phase(
-    name="orphan_building_overrides",
-    lock_batch="""
-        SELECT count(*), array_agg(id)::text, array_agg(ctid)::text
-          FROM (SELECT id, ctid FROM catalog.building_display_overrides AS override
-                 WHERE created_at >= now() - %(orphan_sweep_window)s
-                   AND NOT EXISTS (SELECT FROM catalog.project_cards AS card WHERE card.id = override.project_id)
-                   AND (%(only_ids)s::bigint[] IS NULL OR id = ANY(%(only_ids)s::bigint[]))
-                   AND id::text <> ALL(%(skipped_ids)s::text[])
-                 ORDER BY created_at, id
-                 LIMIT %(batch_size)s
-                 FOR UPDATE SKIP LOCKED) AS batch
-    """,
-    delete_batch="""
-        WITH deleted_overrides AS (
-            DELETE FROM catalog.building_display_overrides AS override
-             WHERE override.ctid = ANY(%(row_addresses)s::tid[])
-               AND NOT EXISTS (SELECT FROM catalog.project_cards AS card WHERE card.id = override.project_id)
-            RETURNING 1
-        )
-        SELECT 0, (SELECT count(*) FROM deleted_overrides)
-    """,
-    deleted_cards=None,
-    deleted_overrides="deleted_building_overrides",
-)
-# The orphans first, oldest first: a run stopped on its limits in the card phases has then looked at every orphan
-# within the window, so none outlives the sweep while runs come more often than the window. Orphans are rare (a
-# writer outside the protocol); a flood of them costs batches the card phases wait for, and shows as has_more and
-# the backlog's age, where orphans left behind would show nowhere.
-PHASES = (ORPHAN_OBJECT_OVERRIDES, ORPHAN_BUILDING_OVERRIDES, PROPERTY_OBJECTS, PROJECTS)
-CARD_PHASES = (PROPERTY_OBJECTS, PROJECTS)
 
 
 class StopRequest:
@@ -597,7 +464,7 @@ def delete_batch(run: Run, phase: Phase) -> BatchOutcome:
     batch_ids = None
     try:
         with run.transaction(batch=True) as cursor:
-            cursor.execute(phase.lock_batch, {
+            cursor.execute(phase.lock_sql, {
                 "cutoff": run.cutoff, "batch_size": run.limits.batch_size, "only_ids": None,
                 "skipped_ids": array_literal([c.card_id for c in run.culprits if c.phase == phase.name]),
                 "orphan_sweep_window": run.limits.orphan_sweep_window,
@@ -605,7 +472,7 @@ def delete_batch(run: Run, phase: Phase) -> BatchOutcome:
             selected, batch_ids, row_addresses = cursor.fetchone()
             if not selected:
                 return BatchOutcome(selected=0, deleted_cards=0, deleted_overrides=0)
-            cursor.execute(phase.delete_batch, {"row_addresses": row_addresses, "cutoff": run.cutoff})
+            cursor.execute(phase.delete_sql, {"row_addresses": row_addresses, "cutoff": run.cutoff})
             deleted_cards, deleted_overrides = cursor.fetchone()
     except DatabaseError as error:
         ids = parse_array(batch_ids) if batch_ids else []
@@ -640,7 +507,7 @@ def isolate_culprits(run: Run, phase: Phase, failure: DataError) -> BatchOutcome
     together count as one batch."""
     deleted_cards = deleted_overrides = 0
     with run.transaction(batch=True) as cursor:
-        cursor.execute(phase.lock_batch, {
+        cursor.execute(phase.lock_sql, {
             "cutoff": run.cutoff, "batch_size": len(failure.ids), "only_ids": array_literal(failure.ids),
             "skipped_ids": "{}", "orphan_sweep_window": run.limits.orphan_sweep_window,
         })
@@ -656,7 +523,7 @@ def isolate_culprits(run: Run, phase: Phase, failure: DataError) -> BatchOutcome
             for part in (cards[:half], cards[half:]):
                 try:
                     with transaction.atomic(using=run.using):  # a savepoint: a failing part undoes itself alone
-                        cursor.execute(phase.delete_batch, {
+                        cursor.execute(phase.delete_sql, {
                             # A row address "(page,item)" holds a comma: quoted as an array element.
                             "row_addresses": array_literal([f'"{address}"' for _, address in part]),
                             "cutoff": run.cutoff,
@@ -738,38 +605,6 @@ def parse_array(literal: str) -> list[str]:
 
 def milliseconds(duration: timedelta) -> int:
     return max(1, round(duration.total_seconds() * 1000))
-
-
-# What a dry run cannot get from the backlog counts: the overdue projects still holding a property-object card once
-# the `objects` oldest overdue objects are gone.
-HELD_BACK_AFTER_PHASE_A = """
-WITH doomed_objects AS (
-    SELECT id FROM catalog.property_object_cards
-     WHERE status = 'Delisted' AND updated_at < %(cutoff)s
-     ORDER BY updated_at, id LIMIT %(objects)s
-)
-SELECT count(*) FROM catalog.project_cards AS card
- WHERE status = 'Delisted' AND updated_at < %(cutoff)s
-   AND EXISTS (SELECT FROM catalog.property_object_cards AS po
-                WHERE po.project_id = card.id AND po.id NOT IN (SELECT id FROM doomed_objects))
-"""
-# The overrides of exactly the rows the real batches would take, in the same order.
-OVERRIDES_OF_DOOMED = """
-WITH doomed_objects AS (
-    SELECT id FROM catalog.property_object_cards
-     WHERE status = 'Delisted' AND updated_at < %(cutoff)s
-     ORDER BY updated_at, id LIMIT %(objects)s
-), doomed_projects AS (
-    SELECT id FROM catalog.project_cards AS card
-     WHERE status = 'Delisted' AND updated_at < %(cutoff)s
-       AND NOT EXISTS (SELECT FROM catalog.property_object_cards AS po
-                        WHERE po.project_id = card.id AND po.id NOT IN (SELECT id FROM doomed_objects))
-     ORDER BY updated_at, id LIMIT %(projects)s
-)
-SELECT (SELECT count(*) FROM catalog.property_object_display_overrides
-         WHERE property_object_id IN (SELECT id FROM doomed_objects)),
-       (SELECT count(*) FROM catalog.building_display_overrides WHERE project_id IN (SELECT id FROM doomed_projects))
-"""
 
 
 def preview_purge(run: Run, now: datetime | None) -> PurgeResult:

@@ -11,7 +11,7 @@ from django.db import connection
 
 from catalog.demo_data import seed_demo_data
 from retention.backlog import MEASURE_BACKLOG, measure_backlog
-from retention.service import ORPHAN_BUILDING_OVERRIDES, ORPHAN_OBJECT_OVERRIDES, PROJECTS, PROPERTY_OBJECTS
+from retention.phases import ORPHAN_BUILDING_OVERRIDES, ORPHAN_OBJECT_OVERRIDES, PROJECTS, PROPERTY_OBJECTS
 
 pytestmark = pytest.mark.django_db
 
@@ -45,7 +45,7 @@ def batch_plan_nodes(phase) -> list[dict]:
         "cutoff": database_cutoff(), "batch_size": 2000, "only_ids": None, "skipped_ids": "{}",
         "orphan_sweep_window": timedelta(days=7),
     }
-    return plan_nodes(phase.lock_batch, params)
+    return plan_nodes(phase.lock_sql, params)
 
 
 def walk(node: dict):
