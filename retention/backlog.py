@@ -6,10 +6,9 @@ Read-only and cheap whatever the table sizes: one statement, aggregates over the
 its end, and shares each count between its result, its metrics and the progress bar; the web `/metrics` collector
 and the admin page use it too.
 
-The admin page adds one count (the projects still held back once the overdue property objects are gone) and
-previews the next run by arithmetic on these counts (preview_run) instead of running the job's dry run on every
-load; the dry run (retention.service.preview_purge) runs the same arithmetic, simulate_batches, on exact counts.
-Its chart adds what becomes deletable on each of the next days (count_becoming_deletable), one more statement.
+The admin page previews the next run from these counts (retention.preview) instead of running the job's dry run
+on every load. Its chart adds what becomes deletable on each of the next days (count_becoming_deletable), one more
+statement.
 """
 
 from collections.abc import Callable
@@ -18,11 +17,8 @@ from dataclasses import dataclass, replace
 from datetime import date, datetime, timedelta
 
 from django.db import connections
-from django.db.models import Exists, OuterRef, Q
 
-from catalog.models import CardStatus, ProjectCard, PropertyObjectCard
 from retention.phases import HELD_BACK
-from retention.results import StopReason
 
 # With count_within_window false each kind's scan stops at the cutoff: `counted` is then the overdue cards alone.
 # The oldest Delisted card is the first entry of the partial index either way.
@@ -160,73 +156,3 @@ def count_becoming_deletable(
     with connections[using].cursor() as cursor:
         cursor.execute(COUNT_BECOMING_DELETABLE, {"cutoff": cutoff, "retention": retention, "days": days})
         return [DeletableOn(day, property_objects, projects) for day, property_objects, projects in cursor.fetchall()]
-
-
-def count_projects_held_back_after_overdue_objects(*, cutoff: datetime, using: str = "default") -> int:
-    """The overdue projects with a property-object card that is not overdue: still held back once a run has
-    deleted every overdue property object. One aggregate over the overdue projects (the partial index), each probing
-    its objects by project_id."""
-    not_overdue = ~Q(status=CardStatus.DELISTED, updated_at__lt=cutoff)
-    objects_not_overdue = PropertyObjectCard.objects.filter(not_overdue, project_id=OuterRef("id"))
-    return (
-        ProjectCard.objects.using(using)
-        .filter(Exists(objects_not_overdue), status=CardStatus.DELISTED, updated_at__lt=cutoff)
-        .count()
-    )
-
-
-def simulate_batches(
-    available: tuple[int, ...], batch_size: int, max_batches: int
-) -> tuple[list[int], int, StopReason]:
-    """The job's loop (retention.service.run_phases) on counts: how many rows each card phase takes, how many
-    batches, why it stops. A batch is counted when it selects something; a phase ends on a short batch; max_batches
-    is checked before every batch. The orphan-override phases come first and are left out (a preview does not count
-    orphans), so a run whose card phases ran dry completed."""
-    batches = 0
-    taken = [0] * len(available)
-    for phase, count in enumerate(available):
-        while True:
-            if batches >= max_batches:
-                return taken, batches, StopReason.MAX_BATCHES
-            take = min(batch_size, count - taken[phase])
-            if take:
-                batches += 1
-                taken[phase] += take
-            if take < batch_size:
-                break
-    return taken, batches, StopReason.COMPLETED
-
-
-@dataclass(frozen=True)
-class RunPreview:
-    """What the next run would do at these limits (MaxRunDuration aside), reckoned from the counts.
-
-    projects_held_back is what the run leaves held back: exact when it deletes every overdue property object,
-    otherwise an upper bound (the projects whose last overdue objects it reaches are freed)."""
-
-    deleted_property_object_cards: int
-    deleted_project_cards: int
-    batches_processed: int
-    has_more: bool
-    projects_held_back: int
-    projects_held_back_exact: bool
-
-
-def preview_run(
-    *, backlog: Backlog, held_back_after_overdue_objects: int, batch_size: int, max_batches: int
-) -> RunPreview:
-    """The run's loop as arithmetic: the projects phase runs only once the property objects ran dry within
-    max_batches, and by then every overdue project not held back by a card that is not overdue is purgeable.
-    has_more, as the run reports it: cards it could delete are left for the next run."""
-    overdue_objects = backlog.property_objects.overdue
-    purgeable_projects = backlog.projects.overdue - held_back_after_overdue_objects
-    (objects, projects), batches, _ = simulate_batches((overdue_objects, purgeable_projects), batch_size, max_batches)
-    all_objects_deleted = objects == overdue_objects
-    return RunPreview(
-        deleted_property_object_cards=objects,
-        deleted_project_cards=projects,
-        batches_processed=batches,
-        has_more=objects < overdue_objects or projects < purgeable_projects,
-        projects_held_back=held_back_after_overdue_objects if all_objects_deleted else backlog.projects.held_back,
-        projects_held_back_exact=all_objects_deleted,
-    )

@@ -12,8 +12,15 @@ from dataclasses import dataclass
 HELD_BACK_BY = "EXISTS (SELECT FROM catalog.property_object_cards AS po WHERE po.project_id = card.id AND {left})"
 # In the batches and the backlog count every object there is counts: a deleted one is gone.
 HELD_BACK = HELD_BACK_BY.format(left="true")
-# In a dry run the objects that it would not reach count (doomed_objects: those it reaches).
-HELD_BACK_AFTER_DOOMED = HELD_BACK_BY.format(left="po.id NOT IN (SELECT id FROM doomed_objects)")
+# The objects a run reaching the `objects` oldest overdue ones takes, in the batches' order (updated_at, id): the
+# overdue ones before the keyset boundary `kept_from`, the first overdue object it leaves, which FIRST_OBJECT_KEPT finds
+# through the partial index (updated_at, id) WHERE status = 'Delisted'. A run that leaves none (kept_from NULL) takes
+# every overdue object: the planner then drops the comparison, and the held-back probe reads (project_id, status,
+# updated_at) from its index alone, as the admin page needs.
+OBJECT_TAKEN = """po.status = 'Delisted' AND po.updated_at < %(cutoff)s
+                 AND (%(kept_from_at)s::timestamptz IS NULL
+                      OR (po.updated_at, po.id) < (%(kept_from_at)s, %(kept_from_id)s::uuid))"""
+HELD_BACK_AFTER_TAKEN = HELD_BACK_BY.format(left=f"NOT ({OBJECT_TAKEN})")
 
 
 @dataclass(frozen=True)
@@ -154,29 +161,29 @@ PHASES = (ORPHAN_OBJECT_OVERRIDES, ORPHAN_BUILDING_OVERRIDES, PROPERTY_OBJECTS, 
 CARD_PHASES = (PROPERTY_OBJECTS, PROJECTS)
 
 
-# The dry run's SQL (retention.service.preview_purge). What it cannot get from the backlog counts: the overdue projects
-# still holding a property-object card once the `objects` oldest overdue objects are gone.
-HELD_BACK_AFTER_PHASE_A = f"""
-WITH doomed_objects AS (
-    SELECT id FROM catalog.property_object_cards
-     WHERE status = 'Delisted' AND updated_at < %(cutoff)s
-     ORDER BY updated_at, id LIMIT %(objects)s
-)
+# The dry run's SQL (retention.preview). Parameters: cutoff; objects, how many overdue objects the run reaches;
+# kept_from_at and kept_from_id, the boundary; projects, how many projects it deletes.
+FIRST_OBJECT_KEPT = """
+SELECT updated_at, id::text FROM catalog.property_object_cards
+ WHERE status = 'Delisted' AND updated_at < %(cutoff)s
+ ORDER BY updated_at, id
+ OFFSET %(objects)s LIMIT 1
+"""
+# The overdue projects still held back once the objects taken are gone.
+HELD_BACK_AFTER = f"""
 SELECT count(*) FROM catalog.project_cards AS card
- WHERE status = 'Delisted' AND updated_at < %(cutoff)s AND {HELD_BACK_AFTER_DOOMED}
+ WHERE status = 'Delisted' AND updated_at < %(cutoff)s AND {HELD_BACK_AFTER_TAKEN}
 """
 # The overrides of exactly the rows the real batches would take, in the same order.
-OVERRIDES_OF_DOOMED = f"""
-WITH doomed_objects AS (
-    SELECT id FROM catalog.property_object_cards
-     WHERE status = 'Delisted' AND updated_at < %(cutoff)s
-     ORDER BY updated_at, id LIMIT %(objects)s
-), doomed_projects AS (
+OVERRIDES_OF_TAKEN = f"""
+WITH taken_objects AS (
+    SELECT id FROM catalog.property_object_cards AS po WHERE {OBJECT_TAKEN}
+), taken_projects AS (
     SELECT id FROM catalog.project_cards AS card
-     WHERE status = 'Delisted' AND updated_at < %(cutoff)s AND NOT {HELD_BACK_AFTER_DOOMED}
+     WHERE status = 'Delisted' AND updated_at < %(cutoff)s AND NOT {HELD_BACK_AFTER_TAKEN}
      ORDER BY updated_at, id LIMIT %(projects)s
 )
 SELECT (SELECT count(*) FROM catalog.property_object_display_overrides
-         WHERE property_object_id IN (SELECT id FROM doomed_objects)),
-       (SELECT count(*) FROM catalog.building_display_overrides WHERE project_id IN (SELECT id FROM doomed_projects))
+         WHERE property_object_id IN (SELECT id FROM taken_objects)),
+       (SELECT count(*) FROM catalog.building_display_overrides WHERE project_id IN (SELECT id FROM taken_projects))
 """

@@ -48,16 +48,15 @@ from django.conf import settings
 from django.db import DatabaseError, OperationalError, connections, transaction
 
 from config.logging import RunLog
-from retention.backlog import Backlog, compute_cutoff, measure_backlog, simulate_batches
+from retention.backlog import Backlog, compute_cutoff, measure_backlog
 from retention.limits import PurgeLimits
 from retention.locks import (
     SESSION_MARKER, LockSession, PooledSessionError, PoolerWaitStopped, PoolSaturated, advisory_lock,
 )
 from retention.metrics import RunMetrics
 from retention.pacing import ReplicaLagHidden, wait_for_replicas
-from retention.phases import (
-    CARD_PHASES, HELD_BACK_AFTER_PHASE_A, OVERRIDES_OF_DOOMED, PHASES, PROJECTS, PROPERTY_OBJECTS, Phase,
-)
+from retention.phases import CARD_PHASES, PHASES, PROJECTS, PROPERTY_OBJECTS, Phase
+from retention.preview import preview_purge
 from retention.results import Culprit, PurgeFailed, PurgeResult, StopReason
 
 logger = logging.getLogger(__name__)
@@ -298,7 +297,7 @@ def purge_delisted_cards(
               run_id=run_id)
     if dry_run:
         try:
-            return fail_cleanly(run, lambda: preview_purge(run, now), dry_run=True)
+            return fail_cleanly(run, lambda: dry_run_result(run, now), dry_run=True)
         except StopRun as stop:
             return run.result(stop.reason, dry_run=True)
     metrics = RunMetrics(run_id=run_id, max_duration=limits.max_duration)
@@ -330,6 +329,13 @@ def fail_cleanly(run: Run, body: Callable[[], T], *, dry_run: bool = False) -> T
     except (DatabaseError, psycopg.Error, PooledSessionError, PoolSaturated, ReplicaLagHidden) as error:
         message = describe_failure(error, run.using)
         raise PurgeFailed(run.result(StopReason.FAILED, error=message, dry_run=dry_run)) from error
+
+
+def dry_run_result(run: Run, now: datetime | None) -> PurgeResult:
+    run.cutoff = compute_cutoff(run.limits.retention, now, run.using, transaction=run.transaction)
+    return preview_purge(
+        run_id=run.run_id, cutoff=run.cutoff, limits=run.limits, transaction=run.transaction, started=run.started,
+    )
 
 
 def describe_failure(error: Exception, alias: str) -> str:
@@ -605,41 +611,3 @@ def parse_array(literal: str) -> list[str]:
 
 def milliseconds(duration: timedelta) -> int:
     return max(1, round(duration.total_seconds() * 1000))
-
-
-def preview_purge(run: Run, now: datetime | None) -> PurgeResult:
-    """Dry run: what a run with these limits would delete now (max_duration and orphan overrides aside), reading
-    without locks. It follows the real loop's arithmetic (backlog.simulate_batches): property objects take up to
-    max_batches batches; projects get the batches left over only once the objects ran dry, and then every project
-    whose objects were all overdue has become purgeable."""
-    limits = run.limits
-    run.cutoff = compute_cutoff(limits.retention, now, run.using, transaction=run.transaction)
-    backlog = measure_backlog(cutoff=run.cutoff, transaction=run.transaction, count_held_back=False)
-    overdue_objects = backlog.property_objects.overdue
-    objects_deleted = min(overdue_objects, limits.batch_size * limits.max_batches)
-    with run.transaction() as cursor:
-        cursor.execute(HELD_BACK_AFTER_PHASE_A, {"cutoff": run.cutoff, "objects": objects_deleted})
-        (held_back_after,) = cursor.fetchone()
-    purgeable_projects = backlog.projects.overdue - held_back_after
-    (objects, projects), batches, stop_reason = simulate_batches(
-        (overdue_objects, purgeable_projects), limits.batch_size, limits.max_batches
-    )
-    with run.transaction() as cursor:
-        cursor.execute(OVERRIDES_OF_DOOMED, {"cutoff": run.cutoff, "objects": objects, "projects": projects})
-        object_overrides, building_overrides = cursor.fetchone()
-    return PurgeResult(
-        run_id=run.run_id,
-        cutoff=run.cutoff,
-        stop_reason=stop_reason,
-        has_more=objects < overdue_objects or projects < purgeable_projects,
-        deleted_property_object_cards=objects,
-        deleted_project_cards=projects,
-        deleted_property_object_overrides=object_overrides,
-        deleted_building_overrides=building_overrides,
-        batches_processed=batches,
-        projects_held_back=held_back_after,
-        overdue_property_object_cards=overdue_objects,
-        overdue_project_cards=backlog.projects.overdue,
-        duration_seconds=round(time.monotonic() - run.started, 3),
-        dry_run=True,
-    )
