@@ -251,16 +251,16 @@ class Run:
             self.unconfirmed_commit = True
             self.log.warning(SYNC_WAIT_CANCELLED_MESSAGE)
 
-    def reason_to_stop(self) -> StopReason | None:
+    def stop_if_due(self) -> None:
+        """Before a batch: raise StopRun when the run must not start it."""
         if self.stop.requested:
-            return StopReason.STOPPED
+            raise StopRun(StopReason.STOPPED)
         if self.unconfirmed_commit:  # only the run's time limit cancels a commit without a stop request
-            return StopReason.MAX_DURATION
+            raise StopRun(StopReason.MAX_DURATION)
         if self.batches >= self.limits.max_batches:
-            return StopReason.MAX_BATCHES
+            raise StopRun(StopReason.MAX_BATCHES)
         if self.left() <= timedelta(0):
-            return StopReason.MAX_DURATION
-        return None
+            raise StopRun(StopReason.MAX_DURATION)
 
     def result(self, stop_reason: StopReason, **fields) -> PurgeResult:
         return PurgeResult(
@@ -358,21 +358,25 @@ def locked_run(run: Run, now, metrics: RunMetrics, on_start, on_batch) -> tuple[
             run.log.warning("purge skipped: the advisory lock is held by another run", extra={"lock": LOCK_NAME})
             return run.result(StopReason.LOCK_BUSY), None
         run.lock_session = lock_session
+        at_start = None
         try:
             run.cutoff = compute_cutoff(run.limits.retention, now, run.using, transaction=run.transaction)
             # What the run starts from; the held-back projects are counted at the end, where they are reported.
             at_start = measure_backlog(cutoff=run.cutoff, transaction=run.transaction, count_held_back=False)
-        except StopRun as stop:  # a SIGTERM or the run's time cancelled the start count
-            return run.result(stop.reason), None
-        metrics.run_started(at_start)
-        run.log.info(
-            "purge started",
-            extra={"cutoff": run.cutoff.isoformat(), "database": run.using, "batch_size": run.limits.batch_size,
-                   "overdue_property_objects": at_start.property_objects.overdue,
-                   "overdue_projects": at_start.projects.overdue},
-        )
-        on_start(at_start)
-        stop_reason = run_phases(run, on_batch)
+            metrics.run_started(at_start)
+            run.log.info(
+                "purge started",
+                extra={"cutoff": run.cutoff.isoformat(), "database": run.using, "batch_size": run.limits.batch_size,
+                       "overdue_property_objects": at_start.property_objects.overdue,
+                       "overdue_projects": at_start.projects.overdue},
+            )
+            on_start(at_start)
+            run_phases(run, on_batch)
+            stop_reason = StopReason.COMPLETED
+        except StopRun as stop:
+            stop_reason = stop.reason
+        if at_start is None:  # a SIGTERM or the run's time cancelled the start count
+            return run.result(stop_reason), None
         try:
             at_end = measure_backlog(cutoff=run.cutoff, transaction=run.transaction, within_window_from=at_start)
         except StopRun:
@@ -405,29 +409,22 @@ def summary_fields(result: PurgeResult) -> dict:
     return fields
 
 
-def run_phases(run: Run, on_batch: Callable[[int], None]) -> StopReason:
+def run_phases(run: Run, on_batch: Callable[[int], None]) -> None:
+    """Every phase in turn until it runs dry; StopRun ends the loop between batches (or cancels the one in flight)."""
     last_batch_seconds = None
     for phase in PHASES:
         while True:
             if last_batch_seconds is not None:
                 run.stop.sleep(run.limits.batch_pause.total_seconds()
                                + run.limits.batch_pause_factor * last_batch_seconds)
-            if reason := run.reason_to_stop() or wait_for_replicas_if_asked(run):
-                return reason
+            run.stop_if_due()
+            wait_for_replicas_if_asked(run)
             started = time.monotonic()
             try:
                 outcome = delete_batch(run, phase)
-            except StopRun as stop:
-                return stop.reason
             except DataError as failure:
-                try:
-                    outcome = isolate_culprits(run, phase, failure)
-                except StopRun as stop:
-                    return stop.reason
-                run.systemic_failure = systemic_failure(run, outcome, failure.error)
-                if run.systemic_failure:
-                    run.log.error(run.systemic_failure, extra={"phase": phase.name, "culprits": len(run.culprits)})
-                    return StopReason.FAILED
+                outcome = isolate_culprits(run, phase, failure)
+                stop_if_systemic(run, phase, outcome, failure.error)
             else:
                 run.refused_batches = 0
             # The pause rests the database after work; an empty selection (a phase ran dry) did none.
@@ -436,21 +433,18 @@ def run_phases(run: Run, on_batch: Callable[[int], None]) -> StopReason:
                 on_batch(outcome.deleted_cards)
             if outcome.selected < run.limits.batch_size:
                 break  # this phase ran dry
-    return StopReason.COMPLETED
 
 
-def wait_for_replicas_if_asked(run: Run) -> StopReason | None:
+def wait_for_replicas_if_asked(run: Run) -> None:
     """With max_replica_lag set, let the standbys catch up before a batch: wait (bounded by replica_lag_wait and the
-    run's time left, woken by a stop request) while the slowest lags more than that."""
+    run's time left, woken by a stop request) while the slowest lags more than that; StopRun when they stay behind,
+    or when the run's time or a SIGTERM cancels the lag query."""
     if not run.limits.max_replica_lag:
-        return None
-    try:
-        wait = wait_for_replicas(
-            max_lag=run.limits.max_replica_lag, max_wait=min(run.limits.replica_lag_wait, run.left()),
-            should_stop=lambda: run.stop.requested, using=run.using, bounded_transaction=run.transaction,
-        )
-    except StopRun as stop:  # the run's time or a SIGTERM cancelled the lag query
-        return stop.reason
+        return
+    wait = wait_for_replicas(
+        max_lag=run.limits.max_replica_lag, max_wait=min(run.limits.replica_lag_wait, run.left()),
+        should_stop=lambda: run.stop.requested, using=run.using, bounded_transaction=run.transaction,
+    )
     run.replica_lag_wait += wait.waited.total_seconds()
     if wait.waited.total_seconds() > 0.01:
         run.log.info(
@@ -460,8 +454,9 @@ def wait_for_replicas_if_asked(run: Run) -> StopReason | None:
                    "max_replica_lag_seconds": run.limits.max_replica_lag.total_seconds()},
         )
     if wait.stopped:
-        return StopReason.STOPPED
-    return None if wait.caught_up else StopReason.REPLICA_LAG
+        raise StopRun(StopReason.STOPPED)
+    if not wait.caught_up:
+        raise StopRun(StopReason.REPLICA_LAG)
 
 
 def delete_batch(run: Run, phase: Phase) -> BatchOutcome:
@@ -547,15 +542,22 @@ def isolate_culprits(run: Run, phase: Phase, failure: DataError) -> BatchOutcome
     ))
 
 
-def systemic_failure(run: Run, outcome: BatchOutcome, error: DatabaseError) -> str | None:
-    """The one-line reason to stop when the refusals are no longer a few poison cards: every card of two consecutive
-    batches refused, or more culprits than MAX_CULPRITS."""
+def stop_if_systemic(run: Run, phase: Phase, outcome: BatchOutcome, error: DatabaseError) -> None:
+    """Stop the run, failed, with a one-line reason when the refusals are no longer a few poison cards: every card of
+    two consecutive batches refused, or more culprits than MAX_CULPRITS."""
     run.refused_batches = run.refused_batches + 1 if outcome.deleted_cards == 0 else 0
     if run.refused_batches >= 2:
-        return REFUSED_BATCHES.format(batches=run.refused_batches, count=len(run.culprits), error=first_line(error))
-    if len(run.culprits) > MAX_CULPRITS:
-        return TOO_MANY_CULPRITS.format(cap=MAX_CULPRITS, count=len(run.culprits), error=first_line(error))
-    return None
+        run.systemic_failure = REFUSED_BATCHES.format(
+            batches=run.refused_batches, count=len(run.culprits), error=first_line(error)
+        )
+    elif len(run.culprits) > MAX_CULPRITS:
+        run.systemic_failure = TOO_MANY_CULPRITS.format(
+            cap=MAX_CULPRITS, count=len(run.culprits), error=first_line(error)
+        )
+    else:
+        return
+    run.log.error(run.systemic_failure, extra={"phase": phase.name, "culprits": len(run.culprits)})
+    raise StopRun(StopReason.FAILED)
 
 
 def record_culprit(run: Run, phase: Phase, card_id: str, error: DatabaseError) -> None:
