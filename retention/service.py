@@ -160,7 +160,7 @@ class BatchOutcome:
     deleted_overrides: int
 
 
-class DataError(Exception):
+class BatchRefused(Exception):
     """A batch failed because of its rows: split it to find the culprits."""
 
     def __init__(self, error: DatabaseError, ids: list[str]):
@@ -291,7 +291,7 @@ def purge_delisted_cards(
     settings switch on (retention.metrics). Raises PurgeFailed when the run failed, with what it did before.
     """
     limits = limits or PurgeLimits.from_settings()
-    using = settings.DELISTED_RETENTION_LOCK_DATABASE if using is None else using
+    using = job_database(using)
     run_id = uuid.uuid4()
     run = Run(limits=limits, using=using, stop=stop or StopRequest(), log=RunLog(logger, {"run_id": str(run_id)}),
               run_id=run_id)
@@ -300,7 +300,7 @@ def purge_delisted_cards(
             return fail_cleanly(run, lambda: dry_run_result(run, now), dry_run=True)
         except StopRun as stop:
             return run.result(stop.reason, dry_run=True)
-    metrics = RunMetrics(run_id=run_id, max_duration=limits.max_duration)
+    metrics = RunMetrics(log=run.log, max_duration=limits.max_duration)
     try:
         result, at_end = fail_cleanly(run, lambda: locked_run(
             run, now, metrics, on_start or (lambda backlog: None), on_batch or (lambda deleted: None)
@@ -320,6 +320,12 @@ def purge_delisted_cards(
     if result.error:
         raise PurgeFailed(result)
     return result
+
+
+def job_database(using: str | None) -> str:
+    """The database alias a run uses: `using`, else DELISTED_RETENTION_LOCK_DATABASE. An empty alias is a mistake,
+    not a request for the default."""
+    return settings.DELISTED_RETENTION_LOCK_DATABASE if using is None else using
 
 
 def fail_cleanly(run: Run, body: Callable[[], T], *, dry_run: bool = False) -> T:
@@ -422,9 +428,9 @@ def run_phases(run: Run, on_batch: Callable[[int], None]) -> None:
             started = time.monotonic()
             try:
                 outcome = delete_batch(run, phase)
-            except DataError as failure:
-                outcome = isolate_culprits(run, phase, failure)
-                stop_if_systemic(run, phase, outcome, failure.error)
+            except BatchRefused as refusal:
+                outcome = isolate_culprits(run, phase, refusal)
+                stop_if_systemic(run, phase, outcome, refusal.error)
             else:
                 run.refused_batches = 0
             # The pause rests the database after work; an empty selection (a phase ran dry) did none.
@@ -479,7 +485,7 @@ def delete_batch(run: Run, phase: Phase) -> BatchOutcome:
         ids = parse_array(batch_ids) if batch_ids else []
         log_batch_failure(run, phase, error, ids)
         if is_data_error(error) and ids:
-            raise DataError(error, ids) from error
+            raise BatchRefused(error, ids) from error
         raise
     return count_batch(run, phase, BatchOutcome(
         selected=selected, deleted_cards=deleted_cards, deleted_overrides=deleted_overrides
@@ -500,7 +506,7 @@ def count_batch(run: Run, phase: Phase, outcome: BatchOutcome) -> BatchOutcome:
     return outcome
 
 
-def isolate_culprits(run: Run, phase: Phase, failure: DataError) -> BatchOutcome:
+def isolate_culprits(run: Run, phase: Phase, refusal: BatchRefused) -> BatchOutcome:
     """Redo a batch that failed for a data reason in one transaction, under the same lock, limits, timeouts and stop
     request: lock its cards again, then delete them in halves, each under a savepoint, halving every part that
     fails until each card that cannot be deleted alone is isolated. A culprit costs about 2·log2(n) statements, a
@@ -509,12 +515,12 @@ def isolate_culprits(run: Run, phase: Phase, failure: DataError) -> BatchOutcome
     deleted_cards = deleted_overrides = 0
     with run.transaction(batch=True) as cursor:
         cursor.execute(phase.lock_sql, {
-            "cutoff": run.cutoff, "batch_size": len(failure.ids), "only_ids": array_literal(failure.ids),
+            "cutoff": run.cutoff, "batch_size": len(refusal.ids), "only_ids": array_literal(refusal.ids),
             "skipped_ids": "{}", "orphan_sweep_window": run.limits.orphan_sweep_window,
         })
         selected, batch_ids, row_addresses = cursor.fetchone()
         cursor.execute("SELECT unnest(%s::text[]), unnest(%s::tid[])::text", [batch_ids or "{}", row_addresses or "{}"])
-        pending = [(cursor.fetchall(), failure.error)] if selected else []
+        pending = [(cursor.fetchall(), refusal.error)] if selected else []
         while pending:
             cards, error = pending.pop()
             if len(cards) == 1:
