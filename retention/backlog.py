@@ -42,8 +42,8 @@ SELECT objects.counted, objects.overdue, objects.oldest_delisted_at,
 
 # The Delisted cards that become deletable on each of the next `days` days (in the session's time zone: Django's
 # TIME_ZONE), from now on: their updated_at + retention falls in that day and after the cutoff. One index-only range
-# count per day and kind on the partial indexes: at 1M cards with 52,000 not yet overdue, 4-5 ms, where a GROUP BY
-# of the same index entries by a day computed per row took 15-28 ms (the per-row expression and a HashAggregate).
+# count per day and kind on the partial indexes, not a GROUP BY of the same entries by a day computed per row
+# (docs/benchmark-findings.md).
 COUNT_BECOMING_DELETABLE = """
 SELECT day::date,
        (SELECT count(*) FROM catalog.property_object_cards
@@ -113,14 +113,14 @@ def measure_backlog(
     count_held_back: bool = True, within_window_from: Backlog | None = None,
 ) -> Backlog:
     """The backlog in one statement; `transaction` (a run's bounded transaction) runs it under the run's timeouts.
-    Without `count_held_back` the statement skips the probe of each overdue project's objects (0.7 s of 1.6 s at
-    10M cards), and `projects.held_back` is None.
+    Without `count_held_back` the statement skips the probe of each overdue project's objects, and
+    `projects.held_back` is None.
 
     `within_window_from` is a count at the same cutoff made earlier (a run's start count, for its end count): the
     cards Delisted within the retention window are taken from it and only the overdue ones are counted again. A run
-    deletes none of the former, and recounting them is the end count's main cost: at 10M cards 2.5M index entries,
-    half of them on heap pages the run's deletes just took out of the visibility map (0.65-0.9 s, against 0.1-0.17
-    s for the overdue ones alone). Cards delisted or restored within the window meanwhile show in the next count."""
+    deletes none of the former, and recounting them is the end count's main cost: their index entries sit on heap
+    pages the run's deletes just took out of the visibility map. Cards delisted or restored within the window
+    meanwhile show in the next count. The measurements behind both: docs/benchmark-findings.md."""
     with (transaction or plain_cursor(using))() as cursor:
         cursor.execute(MEASURE_BACKLOG, {
             "cutoff": cutoff, "count_held_back": count_held_back, "count_within_window": within_window_from is None,

@@ -100,7 +100,8 @@ PROJECTS = Phase(
 # FOR KEY SHARE and refuses a gone one. The job's own batches delete a card's overrides with it. Only overrides
 # written within orphan_sweep_window are looked at, through the (created_at, id) indexes: an orphan is written
 # while or after its card is deleted, and a look at every override would read the whole card table every night
-# (7 s at 10M cards; docs/benchmark-findings.md). Older orphans: one run with a wide --orphan-sweep-days.
+# (docs/benchmark-findings.md, "What the first 10M runs changed"). Older orphans: one run with a wide
+# --orphan-sweep-days.
 ORPHAN_OBJECT_OVERRIDES = Phase(
     name="orphan_property_object_overrides",
     lock_sql="""
