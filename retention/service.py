@@ -28,7 +28,13 @@ Deletion is irreversible, so the safety design is explicit:
   run's later batches, counted, listed up to CULPRITS_LISTED, and the run counts as failed. Two consecutive batches
   refused whole, or more than MAX_CULPRITS culprits, are a systemic failure: the run stops. An infrastructure error
   (connection lost, a timeout, a deadlock, an internal error) ends the run.
+
+Read top-down: the entry point (purge_delisted_cards), the run's state (Run), the run under its lock (locked_run),
+the batch loop (run_phases, delete_batch, isolate_culprits). Each phase's SQL is in retention.phases, the dry run in
+retention.preview.
 """
+
+from __future__ import annotations
 
 import dataclasses
 import logging
@@ -90,6 +96,57 @@ SCHEMA_MISSING = "the catalog schema is missing in database {alias!r}: run `mana
 DATABASE_UNREACHABLE = "database {alias!r} is unreachable: {error}"
 
 
+
+
+def purge_delisted_cards(
+    limits: PurgeLimits | None = None,
+    *,
+    dry_run: bool = False,
+    now: datetime | None = None,
+    stop: StopRequest | None = None,
+    on_start: Callable[[Backlog], None] | None = None,
+    on_batch: Callable[[int], None] | None = None,
+    using: str | None = None,
+) -> PurgeResult:
+    """Run the job once on database `using` (default: DELISTED_RETENTION_LOCK_DATABASE): take the advisory lock (a
+    busy lock is a normal skip), purge property objects, then projects, then orphan overrides.
+
+    `limits` default to the settings: `purge_delisted_cards()` runs tonight's job. `now` replaces the database
+    clock in tests only. `stop` ends the run gracefully (the command wires it to SIGTERM/SIGINT); `on_start` gets
+    the backlog counted at the start, `on_batch` how many cards each batch deleted (progress). A dry run takes no
+    lock and no row locks: it counts what this run would delete. A real run hands its metrics to the sinks the
+    settings switch on (retention.metrics). Raises PurgeFailed when the run failed, with what it did before.
+    """
+    limits = limits or PurgeLimits.from_settings()
+    using = job_database(using)
+    run_id = uuid.uuid4()
+    run = Run(limits=limits, using=using, stop=stop or StopRequest(), log=RunLog(logger, {"run_id": str(run_id)}),
+              run_id=run_id)
+    if dry_run:
+        try:
+            return fail_cleanly(run, lambda: dry_run_result(run, now), dry_run=True)
+        except StopRun as stop:
+            return run.result(stop.reason, dry_run=True)
+    metrics = RunMetrics(log=run.log, max_duration=limits.max_duration)
+    try:
+        result, at_end = fail_cleanly(run, lambda: locked_run(
+            run, now, metrics, on_start or (lambda backlog: None), on_batch or (lambda deleted: None)
+        ))
+    except PoolerWaitStopped:  # SIGTERM while the pooler had no server for the job: nothing was locked
+        result, at_end = run.result(StopReason.STOPPED), None
+    except PurgeFailed as failure:
+        metrics.run_finished(failure.result)
+        raise
+    if result.culprits:
+        result = dataclasses.replace(result, error=run.systemic_failure or CULPRITS.format(
+            count=result.culprit_count, listed=len(result.culprits)))
+    elif run.unconfirmed_commit and result.stop_reason is StopReason.MAX_DURATION:
+        # Not a limit reached: the synchronous standby is gone, and cron must hear of it.
+        result = dataclasses.replace(result, stop_reason=StopReason.FAILED, error=SYNC_WAIT_CANCELLED_MESSAGE)
+    metrics.run_finished(result, at_end)
+    if result.error:
+        raise PurgeFailed(result)
+    return result
 
 
 class StopRequest:
@@ -269,57 +326,6 @@ class Run:
             replica_lag_wait_seconds=round(self.replica_lag_wait, 3),
             duration_seconds=round(time.monotonic() - self.started, 3), **self.counts, **fields,
         )
-
-
-def purge_delisted_cards(
-    limits: PurgeLimits | None = None,
-    *,
-    dry_run: bool = False,
-    now: datetime | None = None,
-    stop: StopRequest | None = None,
-    on_start: Callable[[Backlog], None] | None = None,
-    on_batch: Callable[[int], None] | None = None,
-    using: str | None = None,
-) -> PurgeResult:
-    """Run the job once on database `using` (default: DELISTED_RETENTION_LOCK_DATABASE): take the advisory lock (a
-    busy lock is a normal skip), purge property objects, then projects, then orphan overrides.
-
-    `limits` default to the settings: `purge_delisted_cards()` runs tonight's job. `now` replaces the database
-    clock in tests only. `stop` ends the run gracefully (the command wires it to SIGTERM/SIGINT); `on_start` gets
-    the backlog counted at the start, `on_batch` how many cards each batch deleted (progress). A dry run takes no
-    lock and no row locks: it counts what this run would delete. A real run hands its metrics to the sinks the
-    settings switch on (retention.metrics). Raises PurgeFailed when the run failed, with what it did before.
-    """
-    limits = limits or PurgeLimits.from_settings()
-    using = job_database(using)
-    run_id = uuid.uuid4()
-    run = Run(limits=limits, using=using, stop=stop or StopRequest(), log=RunLog(logger, {"run_id": str(run_id)}),
-              run_id=run_id)
-    if dry_run:
-        try:
-            return fail_cleanly(run, lambda: dry_run_result(run, now), dry_run=True)
-        except StopRun as stop:
-            return run.result(stop.reason, dry_run=True)
-    metrics = RunMetrics(log=run.log, max_duration=limits.max_duration)
-    try:
-        result, at_end = fail_cleanly(run, lambda: locked_run(
-            run, now, metrics, on_start or (lambda backlog: None), on_batch or (lambda deleted: None)
-        ))
-    except PoolerWaitStopped:  # SIGTERM while the pooler had no server for the job: nothing was locked
-        result, at_end = run.result(StopReason.STOPPED), None
-    except PurgeFailed as failure:
-        metrics.run_finished(failure.result)
-        raise
-    if result.culprits:
-        result = dataclasses.replace(result, error=run.systemic_failure or CULPRITS.format(
-            count=result.culprit_count, listed=len(result.culprits)))
-    elif run.unconfirmed_commit and result.stop_reason is StopReason.MAX_DURATION:
-        # Not a limit reached: the synchronous standby is gone, and cron must hear of it.
-        result = dataclasses.replace(result, stop_reason=StopReason.FAILED, error=SYNC_WAIT_CANCELLED_MESSAGE)
-    metrics.run_finished(result, at_end)
-    if result.error:
-        raise PurgeFailed(result)
-    return result
 
 
 def job_database(using: str | None) -> str:
