@@ -115,7 +115,8 @@ def test_the_oldest_overdue_card_is_past_the_cutoff_by_its_age_and_zero_without_
 def test_held_back_after_some_objects_counts_the_projects_holding_an_object_the_run_does_not_reach():
     catalog()
     overdue_objects = list(
-        PropertyObjectCard.objects.filter(status=CardStatus.DELISTED, updated_at__lt=CUTOFF).order_by("updated_at", "id")
+        PropertyObjectCard.objects.filter(status=CardStatus.DELISTED, updated_at__lt=CUTOFF)
+        .order_by("updated_at", "id")
     )
     overdue_projects = {project_id for project_id in ProjectCard.objects.filter(
         status=CardStatus.DELISTED, updated_at__lt=CUTOFF).values_list("id", flat=True)}
