@@ -559,16 +559,13 @@ def stop_if_systemic(run: Run, phase: Phase, outcome: BatchOutcome, error: Datab
     two consecutive batches refused, or more culprits than MAX_CULPRITS."""
     run.refused_batches = run.refused_batches + 1 if outcome.deleted_cards == 0 else 0
     if run.refused_batches >= 2:
-        run.systemic_failure = REFUSED_BATCHES.format(
-            batches=run.refused_batches, count=len(run.culprits), error=first_line(error)
-        )
+        reason = REFUSED_BATCHES.format(batches=run.refused_batches, count=len(run.culprits), error=first_line(error))
     elif len(run.culprits) > MAX_CULPRITS:
-        run.systemic_failure = TOO_MANY_CULPRITS.format(
-            cap=MAX_CULPRITS, count=len(run.culprits), error=first_line(error)
-        )
+        reason = TOO_MANY_CULPRITS.format(cap=MAX_CULPRITS, count=len(run.culprits), error=first_line(error))
     else:
         return
-    run.log.error(run.systemic_failure, extra={"phase": phase.name, "culprits": len(run.culprits)})
+    run.systemic_failure = reason
+    run.log.error(reason, extra={"phase": phase.name, "culprits": len(run.culprits)})
     raise StopRun(StopReason.FAILED)
 
 
