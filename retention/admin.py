@@ -1,7 +1,7 @@
 """The "Delisted retention" admin page: what waits for the nightly job, at which limits, what the next run would do,
 and how the last one went. Staff only, read-only, and a fixed number of queries whatever the table sizes: the
 backlog aggregates, one held-back count and the cards becoming deletable on each of the next days
-(retention.backlog), from which the preview of the next run is reckoned (retention.backlog.preview_run) rather than
+(retention.backlog), from which the preview of the next run is reckoned (retention.preview.preview_run) rather than
 counted again and the chart drawn (retention.chart). The last run comes from the metrics sink the job writes.
 """
 
@@ -15,13 +15,7 @@ from django.template.response import TemplateResponse
 from django.urls import path
 
 from catalog.admin import ReadOnlyAdmin
-from retention.backlog import (
-    compute_cutoff,
-    count_becoming_deletable,
-    count_projects_held_back_after_overdue_objects,
-    measure_backlog,
-    preview_run,
-)
+from retention.backlog import compute_cutoff, count_becoming_deletable, measure_backlog
 from retention.chart import CHART_DAYS, BacklogChart, backlog_chart
 from retention.limits import PurgeLimits, PurgeLimitsError, settings_rows
 from retention.metrics import (
@@ -33,6 +27,7 @@ from retention.metrics import (
     configured_sinks,
 )
 from retention.models import DelistedRetention
+from retention.preview import held_back_after, preview_run
 from retention.results import Outcome
 
 # A page must not hang on a Pushgateway that accepts connections and never answers.
@@ -117,7 +112,7 @@ def backlog_report(*, using: str = "default") -> dict:
         return {"limit_rows": limit_rows, "settings_error": str(error)}
     cutoff = compute_cutoff(limits.retention, None, using)
     backlog = measure_backlog(cutoff=cutoff, using=using)
-    held_back_after_overdue_objects = count_projects_held_back_after_overdue_objects(cutoff=cutoff, using=using)
+    held_back_after_overdue_objects = held_back_after(cutoff=cutoff, using=using)
     cards_per_run = limits.batch_size * limits.max_batches
     return {
         "limit_rows": limit_rows,

@@ -6,10 +6,9 @@ Read-only and cheap whatever the table sizes: one statement, aggregates over the
 its end, and shares each count between its result, its metrics and the progress bar; the web `/metrics` collector
 and the admin page use it too.
 
-The admin page adds one count (the projects still held back once the overdue property objects are gone) and
-previews the next run by arithmetic on these counts (preview_run) instead of running the job's dry run on every
-load; the dry run (retention.service.preview_purge) runs the same arithmetic, simulate_batches, on exact counts.
-Its chart adds what becomes deletable on each of the next days (count_becoming_deletable), one more statement.
+The admin page previews the next run from these counts (retention.preview) instead of running the job's dry run
+on every load. Its chart adds what becomes deletable on each of the next days (count_becoming_deletable), one more
+statement.
 """
 
 from collections.abc import Callable
@@ -18,14 +17,12 @@ from dataclasses import dataclass, replace
 from datetime import date, datetime, timedelta
 
 from django.db import connections
-from django.db.models import Exists, OuterRef, Q
 
-from catalog.models import CardStatus, ProjectCard, PropertyObjectCard
-from retention.results import StopReason
+from retention.phases import HELD_BACK
 
 # With count_within_window false each kind's scan stops at the cutoff: `counted` is then the overdue cards alone.
 # The oldest Delisted card is the first entry of the partial index either way.
-MEASURE_BACKLOG = """
+MEASURE_BACKLOG = f"""
 WITH objects AS (
     SELECT count(*) AS counted, count(*) FILTER (WHERE updated_at < %(cutoff)s) AS overdue,
            (SELECT min(updated_at) FROM catalog.property_object_cards WHERE status = 'Delisted') AS oldest_delisted_at
@@ -34,9 +31,7 @@ WITH objects AS (
 ), projects AS (
     SELECT count(*) AS counted, count(*) FILTER (WHERE updated_at < %(cutoff)s) AS overdue,
            (SELECT min(updated_at) FROM catalog.project_cards WHERE status = 'Delisted') AS oldest_delisted_at,
-           count(*) FILTER (WHERE %(count_held_back)s AND updated_at < %(cutoff)s AND EXISTS (
-               SELECT FROM catalog.property_object_cards AS po WHERE po.project_id = card.id
-           )) AS held_back
+           count(*) FILTER (WHERE %(count_held_back)s AND updated_at < %(cutoff)s AND {HELD_BACK}) AS held_back
       FROM catalog.project_cards AS card
      WHERE status = 'Delisted' AND (%(count_within_window)s OR updated_at < %(cutoff)s)
 )
@@ -47,8 +42,8 @@ SELECT objects.counted, objects.overdue, objects.oldest_delisted_at,
 
 # The Delisted cards that become deletable on each of the next `days` days (in the session's time zone: Django's
 # TIME_ZONE), from now on: their updated_at + retention falls in that day and after the cutoff. One index-only range
-# count per day and kind on the partial indexes: at 1M cards with 52,000 not yet overdue, 4-5 ms, where a GROUP BY
-# of the same index entries by a day computed per row took 15-28 ms (the per-row expression and a HashAggregate).
+# count per day and kind on the partial indexes, not a GROUP BY of the same entries by a day computed per row
+# (docs/benchmark-findings.md).
 COUNT_BECOMING_DELETABLE = """
 SELECT day::date,
        (SELECT count(*) FROM catalog.property_object_cards
@@ -118,14 +113,14 @@ def measure_backlog(
     count_held_back: bool = True, within_window_from: Backlog | None = None,
 ) -> Backlog:
     """The backlog in one statement; `transaction` (a run's bounded transaction) runs it under the run's timeouts.
-    Without `count_held_back` the statement skips the probe of each overdue project's objects (0.7 s of 1.6 s at
-    10M cards), and `projects.held_back` is None.
+    Without `count_held_back` the statement skips the probe of each overdue project's objects, and
+    `projects.held_back` is None.
 
     `within_window_from` is a count at the same cutoff made earlier (a run's start count, for its end count): the
     cards Delisted within the retention window are taken from it and only the overdue ones are counted again. A run
-    deletes none of the former, and recounting them is the end count's main cost: at 10M cards 2.5M index entries,
-    half of them on heap pages the run's deletes just took out of the visibility map (0.65-0.9 s, against 0.1-0.17
-    s for the overdue ones alone). Cards delisted or restored within the window meanwhile show in the next count."""
+    deletes none of the former, and recounting them is the end count's main cost: their index entries sit on heap
+    pages the run's deletes just took out of the visibility map. Cards delisted or restored within the window
+    meanwhile show in the next count. The measurements behind both: docs/benchmark-findings.md."""
     with (transaction or plain_cursor(using))() as cursor:
         cursor.execute(MEASURE_BACKLOG, {
             "cutoff": cutoff, "count_held_back": count_held_back, "count_within_window": within_window_from is None,
@@ -161,73 +156,3 @@ def count_becoming_deletable(
     with connections[using].cursor() as cursor:
         cursor.execute(COUNT_BECOMING_DELETABLE, {"cutoff": cutoff, "retention": retention, "days": days})
         return [DeletableOn(day, property_objects, projects) for day, property_objects, projects in cursor.fetchall()]
-
-
-def count_projects_held_back_after_overdue_objects(*, cutoff: datetime, using: str = "default") -> int:
-    """The overdue projects with a property-object card that is not overdue: still held back once a run has
-    deleted every overdue property object. One aggregate over the overdue projects (the partial index), each probing
-    its objects by project_id."""
-    not_overdue = ~Q(status=CardStatus.DELISTED, updated_at__lt=cutoff)
-    objects_not_overdue = PropertyObjectCard.objects.filter(not_overdue, project_id=OuterRef("id"))
-    return (
-        ProjectCard.objects.using(using)
-        .filter(Exists(objects_not_overdue), status=CardStatus.DELISTED, updated_at__lt=cutoff)
-        .count()
-    )
-
-
-def simulate_batches(
-    available: tuple[int, ...], batch_size: int, max_batches: int
-) -> tuple[list[int], int, StopReason]:
-    """The job's loop (retention.service.run_phases) on counts: how many rows each card phase takes, how many
-    batches, why it stops. A batch is counted when it selects something; a phase ends on a short batch; max_batches
-    is checked before every batch. The orphan-override phases come first and are left out (a preview does not count
-    orphans), so a run whose card phases ran dry completed."""
-    batches = 0
-    taken = [0] * len(available)
-    for phase, count in enumerate(available):
-        while True:
-            if batches >= max_batches:
-                return taken, batches, StopReason.MAX_BATCHES
-            take = min(batch_size, count - taken[phase])
-            if take:
-                batches += 1
-                taken[phase] += take
-            if take < batch_size:
-                break
-    return taken, batches, StopReason.COMPLETED
-
-
-@dataclass(frozen=True)
-class RunPreview:
-    """What the next run would do at these limits (MaxRunDuration aside), reckoned from the counts.
-
-    projects_held_back is what the run leaves held back: exact when it deletes every overdue property object,
-    otherwise an upper bound (the projects whose last overdue objects it reaches are freed)."""
-
-    deleted_property_object_cards: int
-    deleted_project_cards: int
-    batches_processed: int
-    has_more: bool
-    projects_held_back: int
-    projects_held_back_exact: bool
-
-
-def preview_run(
-    *, backlog: Backlog, held_back_after_overdue_objects: int, batch_size: int, max_batches: int
-) -> RunPreview:
-    """The run's loop as arithmetic: the projects phase runs only once the property objects ran dry within
-    max_batches, and by then every overdue project not held back by a card that is not overdue is purgeable.
-    has_more, as the run reports it: cards it could delete are left for the next run."""
-    overdue_objects = backlog.property_objects.overdue
-    purgeable_projects = backlog.projects.overdue - held_back_after_overdue_objects
-    (objects, projects), batches, _ = simulate_batches((overdue_objects, purgeable_projects), batch_size, max_batches)
-    all_objects_deleted = objects == overdue_objects
-    return RunPreview(
-        deleted_property_object_cards=objects,
-        deleted_project_cards=projects,
-        batches_processed=batches,
-        has_more=objects < overdue_objects or projects < purgeable_projects,
-        projects_held_back=held_back_after_overdue_objects if all_objects_deleted else backlog.projects.held_back,
-        projects_held_back_exact=all_objects_deleted,
-    )

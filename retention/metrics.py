@@ -23,7 +23,6 @@ import math
 import threading
 import time
 import urllib.request
-import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -279,13 +278,13 @@ class RunMetrics:
     (once at the start, once at the end) and hands each count over: metrics never count on their own.
 
     The service calls run_started once it holds the lock, then run_finished exactly once (a lock-busy skip and a
-    failed run included). Its warnings carry the run's run_id.
+    failed run included). Its warnings go to the run's log (`log`), with the run's run_id.
     """
 
-    def __init__(self, *, run_id: uuid.UUID, max_duration: timedelta):
+    def __init__(self, *, log: RunLog, max_duration: timedelta):
         self.sinks = configured_sinks()
         self.max_duration = max_duration
-        self.log = RunLog(logger, {"run_id": str(run_id)})
+        self.log = log
 
     def run_started(self, backlog: Backlog) -> None:
         self.export(backlog=backlog)

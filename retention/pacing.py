@@ -5,19 +5,18 @@ standbys. Per standby:
 
 * 0 when it has replayed everything the primary has written (`replay_lsn >= pg_current_wal_lsn()`). The
   `replay_lag` column is history then: after a standby catches up it keeps showing the lag of the last record
-  it replayed for up to two `wal_receiver_status_interval`s (measured: 8.3 s for 10 s after a resumed replay,
-  then NULL), and a job waiting on it would wait for nothing.
+  it replayed for up to two `wal_receiver_status_interval`s, and a job waiting on it would wait for nothing.
 * Otherwise `replay_lag`, the primary's own measure of how long ago it flushed the WAL the standby has replayed
-  up to; while replay is stuck it interpolates that flush time, so the value grows with every standby reply
-  (measured with replay paused and WAL written every 0.5 s: 0.5, 1.0, ... 5.5 s, in step with the clock).
+  up to; while replay is stuck it interpolates that flush time, so the value grows with every standby reply.
   Between replies it stands still: with replay paused on an idle primary the standby replies only every
-  `wal_receiver_status_interval` (10 s by default), and `replay_lag` stayed at 5.5 s for 10 s, then jumped to
-  15.7 s. So when the standby's last reply showed WAL flushed on it but not replayed (replay stuck or slow), the
-  time since that reply is added: `replay_lag + (clock_timestamp() - reply_time)` is how far behind it is now
-  if replay has not moved since, and grows continuously. WAL merely in flight since a reply that showed
-  everything received replayed adds nothing: a healthy standby reports its replay within milliseconds of
-  receiving (measured: 50 ms after a commit, lag under 1 ms).
+  `wal_receiver_status_interval` (10 s by default). So when the standby's last reply showed WAL flushed on it but
+  not replayed (replay stuck or slow), the time since that reply is added: `replay_lag + (clock_timestamp() -
+  reply_time)` is how far behind it is now if replay has not moved since, and grows continuously. WAL merely in
+  flight since a reply that showed everything received replayed adds nothing: a healthy standby reports its replay
+  within milliseconds of receiving.
 * A standby that has not measured anything yet (NULL `replay_lag`) counts as 0.
+
+The measurements behind these rules: docs/benchmark-findings.md, "How pg_stat_replication reports a standby's lag".
 
 Limits: `reply_time` is the standby's clock, so clock skew between the servers enters the estimate (a negative
 age counts as 0). A standby whose connection hangs stops replying and keeps its last `replay_lag` until

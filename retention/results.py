@@ -29,6 +29,13 @@ class Outcome(enum.StrEnum):
 
 
 SUCCESSFUL_OUTCOMES = (Outcome.COMPLETED, Outcome.HAS_MORE)
+# The stop reasons that are an outcome by themselves; a run stopped by a limit, or completed, is counted by what it
+# left (has_more) and by its culprits.
+OUTCOME_OF_STOP = {
+    StopReason.STOPPED: Outcome.STOPPED,
+    StopReason.LOCK_BUSY: Outcome.LOCK_BUSY,
+    StopReason.FAILED: Outcome.FAILED,
+}
 
 
 @dataclass(frozen=True)
@@ -74,8 +81,8 @@ class PurgeResult:
 
     @property
     def outcome(self) -> Outcome:
-        if self.stop_reason in (StopReason.LOCK_BUSY, StopReason.STOPPED, StopReason.FAILED):
-            return Outcome(self.stop_reason.value)
+        if self.stop_reason in OUTCOME_OF_STOP:
+            return OUTCOME_OF_STOP[self.stop_reason]
         if self.culprit_count:
             return Outcome.FAILED
         return Outcome.HAS_MORE if self.has_more else Outcome.COMPLETED

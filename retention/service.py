@@ -28,7 +28,13 @@ Deletion is irreversible, so the safety design is explicit:
   run's later batches, counted, listed up to CULPRITS_LISTED, and the run counts as failed. Two consecutive batches
   refused whole, or more than MAX_CULPRITS culprits, are a systemic failure: the run stops. An infrastructure error
   (connection lost, a timeout, a deadlock, an internal error) ends the run.
+
+Read top-down: the entry point (purge_delisted_cards), the run's state (Run), the run under its lock (locked_run),
+the batch loop (run_phases, delete_batch, isolate_culprits). Each phase's SQL is in retention.phases, the dry run in
+retention.preview.
 """
+
+from __future__ import annotations
 
 import dataclasses
 import logging
@@ -48,13 +54,15 @@ from django.conf import settings
 from django.db import DatabaseError, OperationalError, connections, transaction
 
 from config.logging import RunLog
-from retention.backlog import Backlog, compute_cutoff, measure_backlog, simulate_batches
+from retention.backlog import Backlog, compute_cutoff, measure_backlog
 from retention.limits import PurgeLimits
 from retention.locks import (
     SESSION_MARKER, LockSession, PooledSessionError, PoolerWaitStopped, PoolSaturated, advisory_lock,
 )
 from retention.metrics import RunMetrics
 from retention.pacing import ReplicaLagHidden, wait_for_replicas
+from retention.phases import CARD_PHASES, ORPHAN_SCAN_CHUNK, PHASES, PROJECTS, PROPERTY_OBJECTS, Phase
+from retention.preview import preview_purge
 from retention.results import Culprit, PurgeFailed, PurgeResult, StopReason
 
 logger = logging.getLogger(__name__)
@@ -76,8 +84,6 @@ SYNC_WAIT_CANCELLED_MESSAGE = (
     "a batch committed on the primary but its synchronous standby did not confirm it (the wait was cancelled by "
     "the run's stop or time limit): the run stops; check the standby named in synchronous_standby_names"
 )
-# Overrides an orphan scan reads per statement: probing each one's card by key keeps a chunk at a few ms (docs/benchmark-findings.md).
-ORPHAN_SCAN_CHUNK = 1000
 IDS_PER_LOG_LINE = 150  # ~6 KB of uuids: every log line stays under 8 KiB
 CULPRITS_LISTED = 20  # culprits logged one by one and carried in the result; the rest are only counted
 # More culprits than this in one run is no longer a few poison cards but a systemic refusal: the run stops.
@@ -90,181 +96,58 @@ SCHEMA_MISSING = "the catalog schema is missing in database {alias!r}: run `mana
 DATABASE_UNREACHABLE = "database {alias!r} is unreachable: {error}"
 
 
-@dataclass(frozen=True)
-class Phase:
-    """One kind of row the job deletes, in batches.
-
-    `batch_sql` is a batch on the happy path, one statement: lock the batch FOR UPDATE SKIP LOCKED, delete it and
-    its overrides, return the counts and the session it ran on. Only a batch that failed for a data reason is
-    redone in parts, with `lock_sql` (its ids and row addresses) and `delete_sql` (a part, by row address).
-    `scan_sql` (the orphan phases) finds the candidates a batch takes, outside any row-locking transaction."""
-
-    name: str
-    lock_sql: str
-    delete_sql: str
-    batch_sql: str
-    deleted_overrides: str  # the PurgeResult field its overrides count into
-    deleted_cards: str | None  # the PurgeResult field its cards count into; None: it deletes overrides only
-    scan_sql: str | None = None
 
 
-# The statements of a phase are built from two parts: `select_batch`, the SELECT of a batch's rows (id, ctid) with
-# its ORDER BY and LIMIT, and `delete`, the DELETE ... RETURNING of the rows at {row_addresses} with their
-# overrides ({ids}: theirs), ending in the CTE `deleted_overrides` and (card phases) `deleted_cards`. Parameters: cutoff,
-# batch_size, only_ids (NULL, or the ids a batch is limited to: a failed batch being redone, an orphan scan's
-# candidates), skipped_ids (culprits of this run). The row addresses (`ctid`) of locked rows cannot change while
-# this transaction holds their row locks: no UPDATE or DELETE can touch them, and VACUUM never moves a live row.
-def phase(name: str, *, select_batch: str, delete: str, deleted_cards: str | None, deleted_overrides: str,
-          scan_sql: str | None = None) -> Phase:
-    counts = "(SELECT count(*) FROM deleted_cards)" if deleted_cards else "0"
-    return Phase(
-        name=name,
-        # Ids and row addresses come back as one array text value each, not thousands of values to adapt.
-        lock_sql=f"""
-            SELECT count(*), array_agg(id)::text, array_agg(ctid)::text, pg_backend_pid(),
-                   current_setting('{SESSION_MARKER}', true)
-              FROM ({select_batch} FOR UPDATE SKIP LOCKED) AS batch
-        """,
-        delete_sql=f"""
-            WITH {delete.format(row_addresses="%(row_addresses)s::tid[]", ids="%(ids)s::uuid[]")}
-            SELECT {counts}, (SELECT count(*) FROM deleted_overrides)
-        """,
-        batch_sql=f"""
-            WITH batch AS ({select_batch} FOR UPDATE SKIP LOCKED),
-            {delete.format(row_addresses="ARRAY(SELECT ctid FROM batch)", ids="ARRAY(SELECT id FROM batch)")}
-            SELECT (SELECT count(*) FROM batch), {counts}, (SELECT count(*) FROM deleted_overrides),
-                   pg_backend_pid(), current_setting('{SESSION_MARKER}', true)
-        """,
-        deleted_cards=deleted_cards,
-        deleted_overrides=deleted_overrides,
-        scan_sql=scan_sql,
-    )
+def purge_delisted_cards(
+    limits: PurgeLimits | None = None,
+    *,
+    dry_run: bool = False,
+    now: datetime | None = None,
+    stop: StopRequest | None = None,
+    on_start: Callable[[Backlog], None] | None = None,
+    on_batch: Callable[[int], None] | None = None,
+    using: str | None = None,
+) -> PurgeResult:
+    """Run the job once on database `using` (default: DELISTED_RETENTION_LOCK_DATABASE): take the advisory lock (a
+    busy lock is a normal skip), purge property objects, then projects, then orphan overrides.
 
-
-PROPERTY_OBJECTS = phase(
-    "property_objects",
-    select_batch="""
-        SELECT id, ctid FROM catalog.property_object_cards
-         WHERE status = 'Delisted' AND updated_at < %(cutoff)s
-           AND (%(only_ids)s::uuid[] IS NULL OR id = ANY(%(only_ids)s::uuid[]))
-           AND id <> ALL(%(skipped_ids)s::uuid[])
-         ORDER BY updated_at, id
-         LIMIT %(batch_size)s
-    """,
-    delete="""
-        deleted_cards AS (
-            DELETE FROM catalog.property_object_cards AS card
-             WHERE card.ctid = ANY({row_addresses})
-               AND card.status = 'Delisted' AND card.updated_at < %(cutoff)s
-            RETURNING card.id
-        ), deleted_overrides AS (
-            DELETE FROM catalog.property_object_display_overrides
-             WHERE property_object_id IN (SELECT id FROM deleted_cards)
-            RETURNING 1
-        )
-    """,
-    deleted_cards="deleted_property_object_cards",
-    deleted_overrides="deleted_property_object_overrides",
-)
-# A project is deleted only once no property-object card is left under it. The DELETE re-checks that after the
-# projects are locked, with catalog.projects_with_property_objects (migration catalog 0005): an object upsert holds
-# its project FOR KEY SHARE, so once the project is locked no object can appear under it, and the function's fresh
-# snapshot sees any that was committed before, even after this statement began (its argument, the batch's ids,
-# is complete only once every row of the batch is locked).
-PROJECTS = phase(
-    "projects",
-    select_batch="""
-        SELECT id, ctid FROM catalog.project_cards AS card
-         WHERE status = 'Delisted' AND updated_at < %(cutoff)s
-           AND NOT EXISTS (SELECT FROM catalog.property_object_cards AS po WHERE po.project_id = card.id)
-           AND (%(only_ids)s::uuid[] IS NULL OR id = ANY(%(only_ids)s::uuid[]))
-           AND id <> ALL(%(skipped_ids)s::uuid[])
-         ORDER BY updated_at, id
-         LIMIT %(batch_size)s
-    """,
-    delete="""
-        holding AS (
-            SELECT catalog.projects_with_property_objects({ids}) AS ids
-        ), deleted_cards AS (
-            DELETE FROM catalog.project_cards AS card
-             WHERE card.ctid = ANY({row_addresses})
-               AND card.status = 'Delisted' AND card.updated_at < %(cutoff)s
-               AND card.id <> ALL((SELECT ids FROM holding)::uuid[])
-            RETURNING card.id
-        ), deleted_overrides AS (
-            DELETE FROM catalog.building_display_overrides
-             WHERE project_id IN (SELECT id FROM deleted_cards)
-            RETURNING 1
-        )
-    """,
-    deleted_cards="deleted_project_cards",
-    deleted_overrides="deleted_building_overrides",
-)
-# Overrides whose card is gone: left by a writer outside catalog.operations' protocol, which locks the card
-# FOR KEY SHARE and refuses a gone one. The job's own batches delete a card's overrides with it. Only overrides
-# written within orphan_sweep_window are looked at (an orphan is written while or after its card is deleted; older
-# orphans: one run with a wide --orphan-sweep-days), and never in one statement: `scan_sql` reads them in chunks of
-# ORPHAN_SCAN_CHUNK in (created_at, id) order through the (created_at, id) index, outside any row-locking
-# transaction, probing each one's card by its key (a LATERAL ... LIMIT 1 cannot become a hash join, which would
-# read every card), and a batch then takes the candidates it found by id and checks them again under its locks.
-# Parameters of the scan: orphan_sweep_window, after_created_at and after_id (where the previous chunk ended),
-# chunk.
-def orphan_phase(name: str, *, overrides: str, cards: str, card_key: str, deleted_overrides: str) -> Phase:
-    card_is_gone = f"NOT EXISTS (SELECT FROM catalog.{cards} AS card WHERE card.id = override.{card_key})"
-    return phase(
-        name,
-        scan_sql=f"""
-            WITH chunk AS (
-                SELECT id, created_at, {card_key} AS card_id FROM catalog.{overrides}
-                 WHERE created_at >= now() - %(orphan_sweep_window)s
-                   AND (created_at, id) > (%(after_created_at)s::timestamptz, %(after_id)s::bigint)
-                 ORDER BY created_at, id
-                 LIMIT %(chunk)s
-            ), last AS (
-                SELECT created_at, id FROM chunk ORDER BY created_at DESC, id DESC LIMIT 1
-            )
-            SELECT (SELECT count(*) FROM chunk),
-                   (SELECT array_agg(chunk.id ORDER BY chunk.created_at, chunk.id)::text
-                      FROM chunk
-                      LEFT JOIN LATERAL (SELECT true AS found FROM catalog.{cards} AS card
-                                          WHERE card.id = chunk.card_id LIMIT 1) AS card ON true
-                     WHERE card.found IS NULL),
-                   (SELECT created_at FROM last), (SELECT id FROM last)
-        """,
-        select_batch=f"""
-            SELECT id, ctid FROM catalog.{overrides} AS override
-             WHERE id = ANY(%(only_ids)s::bigint[]) AND {card_is_gone}
-               AND id::text <> ALL(%(skipped_ids)s::text[])
-             ORDER BY created_at, id
-             LIMIT %(batch_size)s
-        """,
-        delete=f"""
-            deleted_overrides AS (
-                DELETE FROM catalog.{overrides} AS override
-                 WHERE override.ctid = ANY({{row_addresses}}) AND {card_is_gone}
-                RETURNING 1
-            )
-        """,
-        deleted_cards=None,
-        deleted_overrides=deleted_overrides,
-    )
-
-
-ORPHAN_OBJECT_OVERRIDES = orphan_phase(
-    "orphan_property_object_overrides", overrides="property_object_display_overrides",
-    cards="property_object_cards", card_key="property_object_id",
-    deleted_overrides="deleted_property_object_overrides",
-)
-ORPHAN_BUILDING_OVERRIDES = orphan_phase(
-    "orphan_building_overrides", overrides="building_display_overrides", cards="project_cards",
-    card_key="project_id", deleted_overrides="deleted_building_overrides",
-)
-# The orphans first, oldest first: a run stopped on its limits in the card phases has then looked at every orphan
-# within the window, so none outlives the sweep while runs come more often than the window. Orphans are rare (a
-# writer outside the protocol); a flood of them costs batches the card phases wait for, and shows as has_more and
-# the backlog's age, where orphans left behind would show nowhere.
-PHASES = (ORPHAN_OBJECT_OVERRIDES, ORPHAN_BUILDING_OVERRIDES, PROPERTY_OBJECTS, PROJECTS)
-CARD_PHASES = (PROPERTY_OBJECTS, PROJECTS)
+    `limits` default to the settings: `purge_delisted_cards()` runs tonight's job. `now` replaces the database
+    clock in tests only. `stop` ends the run gracefully (the command wires it to SIGTERM/SIGINT); `on_start` gets
+    the backlog counted at the start, `on_batch` how many cards each batch deleted (progress). A dry run takes no
+    lock and no row locks: it counts what this run would delete. A real run hands its metrics to the sinks the
+    settings switch on (retention.metrics). Raises PurgeFailed when the run failed, with what it did before.
+    """
+    limits = limits or PurgeLimits.from_settings()
+    using = job_database(using)
+    run_id = uuid.uuid4()
+    run = Run(limits=limits, using=using, stop=stop or StopRequest(), log=RunLog(logger, {"run_id": str(run_id)}),
+              run_id=run_id)
+    with run.deadline():
+        if dry_run:
+            try:
+                return fail_cleanly(run, lambda: dry_run_result(run, now), dry_run=True)
+            except StopRun as stop:
+                return run.result(stop.reason, dry_run=True)
+        metrics = RunMetrics(log=run.log, max_duration=limits.max_duration)
+        try:
+            result, at_end = fail_cleanly(run, lambda: locked_run(
+                run, now, metrics, on_start or (lambda backlog: None), on_batch or (lambda deleted: None)
+            ))
+        except PoolerWaitStopped:  # SIGTERM while the pooler had no server for the job: nothing was locked
+            result, at_end = run.result(StopReason.STOPPED), None
+        except PurgeFailed as failure:
+            metrics.run_finished(failure.result)
+            raise
+        if result.culprits:
+            result = dataclasses.replace(result, error=run.systemic_failure or CULPRITS.format(
+                count=result.culprit_count, listed=len(result.culprits)))
+        elif run.unconfirmed_commit and result.stop_reason is StopReason.MAX_DURATION:
+            # Not a limit reached: the synchronous standby is gone, and cron must hear of it.
+            result = dataclasses.replace(result, stop_reason=StopReason.FAILED, error=SYNC_WAIT_CANCELLED_MESSAGE)
+        metrics.run_finished(result, at_end)
+        if result.error:
+            raise PurgeFailed(result)
+        return result
 
 
 class StopRequest:
@@ -476,16 +359,16 @@ class Run:
         if self.lock_session is not None:
             self.lock_session.verify(backend_pid, marker)
 
-    def reason_to_stop(self) -> StopReason | None:
+    def stop_if_due(self) -> None:
+        """Before a batch: raise StopRun when the run must not start it."""
         if self.stop.requested:
-            return StopReason.STOPPED
+            raise StopRun(StopReason.STOPPED)
         if self.unconfirmed_commit:  # only the run's time limit cancels a commit without a stop request
-            return StopReason.MAX_DURATION
+            raise StopRun(StopReason.MAX_DURATION)
         if self.batches >= self.limits.max_batches:
-            return StopReason.MAX_BATCHES
+            raise StopRun(StopReason.MAX_BATCHES)
         if self.left() <= timedelta(0):
-            return StopReason.MAX_DURATION
-        return None
+            raise StopRun(StopReason.MAX_DURATION)
 
     def result(self, stop_reason: StopReason, **fields) -> PurgeResult:
         return PurgeResult(
@@ -496,61 +379,10 @@ class Run:
         )
 
 
-def purge_delisted_cards(
-    limits: PurgeLimits | None = None,
-    *,
-    dry_run: bool = False,
-    now: datetime | None = None,
-    stop: StopRequest | None = None,
-    on_start: Callable[[Backlog], None] | None = None,
-    on_batch: Callable[[int], None] | None = None,
-    using: str | None = None,
-) -> PurgeResult:
-    """Run the job once on database `using` (default: DELISTED_RETENTION_LOCK_DATABASE): take the advisory lock (a
-    busy lock is a normal skip), purge property objects, then projects, then orphan overrides.
-
-    `limits` default to the settings: `purge_delisted_cards()` runs tonight's job. `now` replaces the database
-    clock in tests only. `stop` ends the run gracefully (the command wires it to SIGTERM/SIGINT); `on_start` gets
-    the backlog counted at the start, `on_batch` how many cards each batch deleted (progress). A dry run takes no
-    lock and no row locks: it counts what this run would delete. A real run hands its metrics to the sinks the
-    settings switch on (retention.metrics). Raises PurgeFailed when the run failed, with what it did before.
-    """
-    limits = limits or PurgeLimits.from_settings()
-    using = settings.DELISTED_RETENTION_LOCK_DATABASE if using is None else using
-    run_id = uuid.uuid4()
-    run = Run(limits=limits, using=using, stop=stop or StopRequest(), log=RunLog(logger, {"run_id": str(run_id)}),
-              run_id=run_id)
-    with run.deadline():
-        return dry_or_real_run(run, dry_run=dry_run, now=now, on_start=on_start, on_batch=on_batch)
-
-
-def dry_or_real_run(run: Run, *, dry_run: bool, now, on_start, on_batch) -> PurgeResult:
-    limits = run.limits
-    if dry_run:
-        try:
-            return fail_cleanly(run, lambda: preview_purge(run, now), dry_run=True)
-        except StopRun as stop:
-            return run.result(stop.reason, dry_run=True)
-    metrics = RunMetrics(run_id=run.run_id, max_duration=limits.max_duration)
-    try:
-        result, at_end = fail_cleanly(run, lambda: locked_run(
-            run, now, metrics, on_start or (lambda backlog: None), on_batch or (lambda deleted: None)
-        ))
-    except PoolerWaitStopped:  # SIGTERM while the pooler had no server for the job: nothing was locked
-        result, at_end = run.result(StopReason.STOPPED), None
-    except PurgeFailed as failure:
-        metrics.run_finished(failure.result)
-        raise
-    if result.culprits:
-        result = dataclasses.replace(result, error=run.systemic_failure or CULPRITS.format(
-            count=result.culprit_count, listed=len(result.culprits)))
-    elif run.unconfirmed_commit and result.stop_reason is StopReason.MAX_DURATION:
-        # Not a limit reached: the synchronous standby is gone, and cron must hear of it.
-        result = dataclasses.replace(result, stop_reason=StopReason.FAILED, error=SYNC_WAIT_CANCELLED_MESSAGE)
-    metrics.run_finished(result, at_end)
-    if result.error:
-        raise PurgeFailed(result)
-    return result
+def job_database(using: str | None) -> str:
+    """The database alias a run uses: `using`, else DELISTED_RETENTION_LOCK_DATABASE. An empty alias is a mistake,
+    not a request for the default."""
+    return settings.DELISTED_RETENTION_LOCK_DATABASE if using is None else using
 
 
 def fail_cleanly(run: Run, body: Callable[[], T], *, dry_run: bool = False) -> T:
@@ -560,6 +392,13 @@ def fail_cleanly(run: Run, body: Callable[[], T], *, dry_run: bool = False) -> T
     except (DatabaseError, psycopg.Error, PooledSessionError, PoolSaturated, ReplicaLagHidden) as error:
         message = describe_failure(error, run.using)
         raise PurgeFailed(run.result(StopReason.FAILED, error=message, dry_run=dry_run)) from error
+
+
+def dry_run_result(run: Run, now: datetime | None) -> PurgeResult:
+    run.cutoff = compute_cutoff(run.limits.retention, now, run.using, transaction=run.transaction)
+    return preview_purge(
+        run_id=run.run_id, cutoff=run.cutoff, limits=run.limits, transaction=run.transaction, started=run.started,
+    )
 
 
 def describe_failure(error: Exception, alias: str) -> str:
@@ -582,21 +421,25 @@ def locked_run(run: Run, now, metrics: RunMetrics, on_start, on_batch) -> tuple[
             run.log.warning("purge skipped: the advisory lock is held by another run", extra={"lock": LOCK_NAME})
             return run.result(StopReason.LOCK_BUSY), None
         run.lock_session = lock_session
+        at_start = None
         try:
             run.cutoff = compute_cutoff(run.limits.retention, now, run.using, transaction=run.transaction)
             # What the run starts from; the held-back projects are counted at the end, where they are reported.
             at_start = measure_backlog(cutoff=run.cutoff, transaction=run.transaction, count_held_back=False)
-        except StopRun as stop:  # a SIGTERM or the run's time cancelled the start count
-            return run.result(stop.reason), None
-        metrics.run_started(at_start)
-        run.log.info(
-            "purge started",
-            extra={"cutoff": run.cutoff.isoformat(), "database": run.using, "batch_size": run.limits.batch_size,
-                   "overdue_property_objects": at_start.property_objects.overdue,
-                   "overdue_projects": at_start.projects.overdue},
-        )
-        on_start(at_start)
-        stop_reason = run_phases(run, on_batch)
+            metrics.run_started(at_start)
+            run.log.info(
+                "purge started",
+                extra={"cutoff": run.cutoff.isoformat(), "database": run.using, "batch_size": run.limits.batch_size,
+                       "overdue_property_objects": at_start.property_objects.overdue,
+                       "overdue_projects": at_start.projects.overdue},
+            )
+            on_start(at_start)
+            run_phases(run, on_batch)
+            stop_reason = StopReason.COMPLETED
+        except StopRun as stop:
+            stop_reason = stop.reason
+        if at_start is None:  # a SIGTERM or the run's time cancelled the start count
+            return run.result(stop_reason), None
         try:
             at_end = measure_backlog(cutoff=run.cutoff, transaction=run.transaction, within_window_from=at_start)
         except StopRun:
@@ -629,7 +472,8 @@ def summary_fields(result: PurgeResult) -> dict:
     return fields
 
 
-def run_phases(run: Run, on_batch: Callable[[int], None]) -> StopReason:
+def run_phases(run: Run, on_batch: Callable[[int], None]) -> None:
+    """Every phase in turn until it runs dry; StopRun ends the loop between batches (or cancels the one in flight)."""
     last_batch_seconds = None
     for phase in PHASES:
         orphans = OrphanScan(phase) if phase.scan_sql else None
@@ -637,33 +481,25 @@ def run_phases(run: Run, on_batch: Callable[[int], None]) -> StopReason:
             if last_batch_seconds is not None:
                 run.stop.sleep(run.limits.batch_pause.total_seconds()
                                + run.limits.batch_pause_factor * last_batch_seconds)
-            if reason := run.reason_to_stop() or wait_for_replicas_if_asked(run):
-                return reason
+            run.stop_if_due()
+            wait_for_replicas_if_asked(run)
+            only_ids = orphans.next_candidates(run) if orphans else None
+            if only_ids == []:
+                break  # the orphan scan reached the end of the window
+            started = time.monotonic()
             try:
-                only_ids = orphans.next_candidates(run) if orphans else None
-                if only_ids == []:
-                    break  # the orphan scan reached the end of the window
-                started = time.monotonic()
-                try:
-                    outcome = delete_batch(run, phase, only_ids)
-                except BatchRefused as failure:
-                    outcome = isolate_culprits(run, phase, failure)
-                    run.systemic_failure = systemic_failure(run, outcome, failure.error)
-                    if run.systemic_failure:
-                        run.log.error(run.systemic_failure,
-                                      extra={"phase": phase.name, "culprits": len(run.culprits)})
-                        return StopReason.FAILED
-                else:
-                    run.refused_batches = 0
-            except StopRun as stop:
-                return stop.reason
+                outcome = delete_batch(run, phase, only_ids)
+            except BatchRefused as refusal:
+                outcome = isolate_culprits(run, phase, refusal)
+                stop_if_systemic(run, phase, outcome, refusal.error)
+            else:
+                run.refused_batches = 0
             # The pause rests the database after work; an empty selection (a phase ran dry) did none.
             last_batch_seconds = time.monotonic() - started if outcome.selected else None
             if outcome.selected:
                 on_batch(outcome.deleted_cards)
             if not orphans and outcome.selected < run.limits.batch_size:
                 break  # this phase ran dry
-    return StopReason.COMPLETED
 
 
 @dataclass
@@ -680,8 +516,7 @@ class OrphanScan:
         """Up to a batch of candidates, scanning on in chunks (each its own short transaction, no row locks) until
         it has a batch or reaches the end of the window; [] when no candidate is left."""
         while not self.exhausted and len(self.candidates) < run.limits.batch_size:
-            if reason := run.reason_to_stop():
-                raise StopRun(reason)
+            run.stop_if_due()
             with run.transaction() as cursor:
                 cursor.execute(self.phase.scan_sql, {
                     "orphan_sweep_window": run.limits.orphan_sweep_window, "after_created_at": self.after[0],
@@ -695,18 +530,16 @@ class OrphanScan:
         return batch
 
 
-def wait_for_replicas_if_asked(run: Run) -> StopReason | None:
+def wait_for_replicas_if_asked(run: Run) -> None:
     """With max_replica_lag set, let the standbys catch up before a batch: wait (bounded by replica_lag_wait and the
-    run's time left, woken by a stop request) while the slowest lags more than that."""
+    run's time left, woken by a stop request) while the slowest lags more than that; StopRun when they stay behind,
+    or when the run's time or a SIGTERM cancels the lag query."""
     if not run.limits.max_replica_lag:
-        return None
-    try:
-        wait = wait_for_replicas(
-            max_lag=run.limits.max_replica_lag, max_wait=min(run.limits.replica_lag_wait, run.left()),
-            should_stop=lambda: run.stop.requested, using=run.using, bounded_transaction=run.transaction,
-        )
-    except StopRun as stop:  # the run's time or a SIGTERM cancelled the lag query
-        return stop.reason
+        return
+    wait = wait_for_replicas(
+        max_lag=run.limits.max_replica_lag, max_wait=min(run.limits.replica_lag_wait, run.left()),
+        should_stop=lambda: run.stop.requested, using=run.using, bounded_transaction=run.transaction,
+    )
     run.replica_lag_wait += wait.waited.total_seconds()
     if wait.waited.total_seconds() > 0.01:
         run.log.info(
@@ -716,8 +549,9 @@ def wait_for_replicas_if_asked(run: Run) -> StopReason | None:
                    "max_replica_lag_seconds": run.limits.max_replica_lag.total_seconds()},
         )
     if wait.stopped:
-        return StopReason.STOPPED
-    return None if wait.caught_up else StopReason.REPLICA_LAG
+        raise StopRun(StopReason.STOPPED)
+    if not wait.caught_up:
+        raise StopRun(StopReason.REPLICA_LAG)
 
 
 def delete_batch(run: Run, phase: Phase, only_ids: list[str] | None) -> BatchOutcome:
@@ -772,7 +606,7 @@ def count_batch(run: Run, phase: Phase, outcome: BatchOutcome) -> BatchOutcome:
     return outcome
 
 
-def isolate_culprits(run: Run, phase: Phase, failure: BatchRefused) -> BatchOutcome:
+def isolate_culprits(run: Run, phase: Phase, refusal: BatchRefused) -> BatchOutcome:
     """Redo a batch that failed for a data reason in one transaction, under the same lock, limits, timeouts and stop
     request: lock its rows again (its transaction rolled back whole), log its ids, then delete them in halves,
     each under a savepoint, halving every part that fails until each card that cannot be deleted alone is
@@ -780,12 +614,12 @@ def isolate_culprits(run: Run, phase: Phase, failure: BatchRefused) -> BatchOutc
     transaction. The failed attempt and this transaction together count as one batch."""
     deleted_cards = deleted_overrides = 0
     with run.transaction(batch=True) as cursor:
-        cursor.execute(phase.lock_sql, batch_params(run, phase, failure.only_ids))
+        cursor.execute(phase.lock_sql, batch_params(run, phase, refusal.only_ids))
         selected, batch_ids, row_addresses, backend_pid, marker = cursor.fetchone()
         run.verify_session(backend_pid, marker)
-        log_batch_failure(run, phase, failure.error, parse_array(batch_ids) if batch_ids else [])
+        log_batch_failure(run, phase, refusal.error, parse_array(batch_ids) if batch_ids else [])
         cursor.execute("SELECT unnest(%s::text[]), unnest(%s::tid[])::text", [batch_ids or "{}", row_addresses or "{}"])
-        pending = [(cursor.fetchall(), failure.error)] if selected else []
+        pending = [(cursor.fetchall(), refusal.error)] if selected else []
         while pending:
             cards, error = pending.pop()
             if len(cards) == 1:
@@ -813,15 +647,19 @@ def isolate_culprits(run: Run, phase: Phase, failure: BatchRefused) -> BatchOutc
     ))
 
 
-def systemic_failure(run: Run, outcome: BatchOutcome, error: DatabaseError) -> str | None:
-    """The one-line reason to stop when the refusals are no longer a few poison cards: every card of two consecutive
-    batches refused, or more culprits than MAX_CULPRITS."""
+def stop_if_systemic(run: Run, phase: Phase, outcome: BatchOutcome, error: DatabaseError) -> None:
+    """Stop the run, failed, with a one-line reason when the refusals are no longer a few poison cards: every card of
+    two consecutive batches refused, or more culprits than MAX_CULPRITS."""
     run.refused_batches = run.refused_batches + 1 if outcome.deleted_cards == 0 else 0
     if run.refused_batches >= 2:
-        return REFUSED_BATCHES.format(batches=run.refused_batches, count=len(run.culprits), error=first_line(error))
-    if len(run.culprits) > MAX_CULPRITS:
-        return TOO_MANY_CULPRITS.format(cap=MAX_CULPRITS, count=len(run.culprits), error=first_line(error))
-    return None
+        reason = REFUSED_BATCHES.format(batches=run.refused_batches, count=len(run.culprits), error=first_line(error))
+    elif len(run.culprits) > MAX_CULPRITS:
+        reason = TOO_MANY_CULPRITS.format(cap=MAX_CULPRITS, count=len(run.culprits), error=first_line(error))
+    else:
+        return
+    run.systemic_failure = reason
+    run.log.error(reason, extra={"phase": phase.name, "culprits": len(run.culprits)})
+    raise StopRun(StopReason.FAILED)
 
 
 def record_culprit(run: Run, phase: Phase, card_id: str, error: DatabaseError) -> None:
@@ -877,73 +715,3 @@ def parse_array(literal: str) -> list[str]:
 
 def milliseconds(duration: timedelta) -> int:
     return max(1, round(duration.total_seconds() * 1000))
-
-
-# What a dry run cannot get from the backlog counts: the overdue projects still holding a property-object card once
-# the `objects` oldest overdue objects are gone.
-HELD_BACK_AFTER_PHASE_A = """
-WITH doomed_objects AS (
-    SELECT id FROM catalog.property_object_cards
-     WHERE status = 'Delisted' AND updated_at < %(cutoff)s
-     ORDER BY updated_at, id LIMIT %(objects)s
-)
-SELECT count(*) FROM catalog.project_cards AS card
- WHERE status = 'Delisted' AND updated_at < %(cutoff)s
-   AND EXISTS (SELECT FROM catalog.property_object_cards AS po
-                WHERE po.project_id = card.id AND po.id NOT IN (SELECT id FROM doomed_objects))
-"""
-# The overrides of exactly the rows the real batches would take, in the same order.
-OVERRIDES_OF_DOOMED = """
-WITH doomed_objects AS (
-    SELECT id FROM catalog.property_object_cards
-     WHERE status = 'Delisted' AND updated_at < %(cutoff)s
-     ORDER BY updated_at, id LIMIT %(objects)s
-), doomed_projects AS (
-    SELECT id FROM catalog.project_cards AS card
-     WHERE status = 'Delisted' AND updated_at < %(cutoff)s
-       AND NOT EXISTS (SELECT FROM catalog.property_object_cards AS po
-                        WHERE po.project_id = card.id AND po.id NOT IN (SELECT id FROM doomed_objects))
-     ORDER BY updated_at, id LIMIT %(projects)s
-)
-SELECT (SELECT count(*) FROM catalog.property_object_display_overrides
-         WHERE property_object_id IN (SELECT id FROM doomed_objects)),
-       (SELECT count(*) FROM catalog.building_display_overrides WHERE project_id IN (SELECT id FROM doomed_projects))
-"""
-
-
-def preview_purge(run: Run, now: datetime | None) -> PurgeResult:
-    """Dry run: what a run with these limits would delete now (max_duration and orphan overrides aside), reading
-    without locks. It follows the real loop's arithmetic (backlog.simulate_batches): property objects take up to
-    max_batches batches; projects get the batches left over only once the objects ran dry, and then every project
-    whose objects were all overdue has become purgeable."""
-    limits = run.limits
-    run.cutoff = compute_cutoff(limits.retention, now, run.using, transaction=run.transaction)
-    backlog = measure_backlog(cutoff=run.cutoff, transaction=run.transaction, count_held_back=False)
-    overdue_objects = backlog.property_objects.overdue
-    objects_deleted = min(overdue_objects, limits.batch_size * limits.max_batches)
-    with run.transaction() as cursor:
-        cursor.execute(HELD_BACK_AFTER_PHASE_A, {"cutoff": run.cutoff, "objects": objects_deleted})
-        (held_back_after,) = cursor.fetchone()
-    purgeable_projects = backlog.projects.overdue - held_back_after
-    (objects, projects), batches, stop_reason = simulate_batches(
-        (overdue_objects, purgeable_projects), limits.batch_size, limits.max_batches
-    )
-    with run.transaction() as cursor:
-        cursor.execute(OVERRIDES_OF_DOOMED, {"cutoff": run.cutoff, "objects": objects, "projects": projects})
-        object_overrides, building_overrides = cursor.fetchone()
-    return PurgeResult(
-        run_id=run.run_id,
-        cutoff=run.cutoff,
-        stop_reason=stop_reason,
-        has_more=objects < overdue_objects or projects < purgeable_projects,
-        deleted_property_object_cards=objects,
-        deleted_project_cards=projects,
-        deleted_property_object_overrides=object_overrides,
-        deleted_building_overrides=building_overrides,
-        batches_processed=batches,
-        projects_held_back=held_back_after,
-        overdue_property_object_cards=overdue_objects,
-        overdue_project_cards=backlog.projects.overdue,
-        duration_seconds=round(time.monotonic() - run.started, 3),
-        dry_run=True,
-    )

@@ -4,13 +4,9 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from catalog.models import CardStatus, PropertyObjectCard
-from retention.backlog import (
-    compute_cutoff,
-    count_projects_held_back_after_overdue_objects,
-    measure_backlog,
-    preview_run,
-)
+from catalog.models import CardStatus, ProjectCard, PropertyObjectCard
+from retention.backlog import compute_cutoff, measure_backlog
+from retention.preview import held_back_after, preview_run
 from tests.support import purge
 from tests.factories import ProjectCardFactory, PropertyObjectCardFactory
 
@@ -50,7 +46,7 @@ def test_the_counts_of_the_catalog():
     catalog()
 
     backlog = measure_backlog(cutoff=CUTOFF)
-    held_back_after_overdue_objects = count_projects_held_back_after_overdue_objects(cutoff=CUTOFF)
+    held_back_after_overdue_objects = held_back_after(cutoff=CUTOFF)
 
     assert (backlog.property_objects.overdue, backlog.projects.overdue) == (9, 6)
     assert (backlog.projects.held_back, held_back_after_overdue_objects) == (4, 2)
@@ -92,7 +88,7 @@ def test_the_preview_agrees_with_what_a_real_run_then_does(batch_size, max_batch
     cutoff = compute_cutoff(RETENTION, NOW, "default")
     preview = preview_run(
         backlog=measure_backlog(cutoff=cutoff),
-        held_back_after_overdue_objects=count_projects_held_back_after_overdue_objects(cutoff=cutoff),
+        held_back_after_overdue_objects=held_back_after(cutoff=cutoff),
         batch_size=batch_size, max_batches=max_batches,
     )
 
@@ -114,3 +110,20 @@ def test_the_oldest_overdue_card_is_past_the_cutoff_by_its_age_and_zero_without_
 
     assert backlog.property_objects.overdue_age(CUTOFF) == timedelta(days=10)
     assert backlog.projects.overdue_age(CUTOFF) == timedelta(0)  # Delisted, not yet overdue
+
+
+def test_held_back_after_some_objects_counts_the_projects_holding_an_object_the_run_does_not_reach():
+    catalog()
+    overdue_objects = list(
+        PropertyObjectCard.objects.filter(status=CardStatus.DELISTED, updated_at__lt=CUTOFF)
+        .order_by("updated_at", "id")
+    )
+    overdue_projects = {project_id for project_id in ProjectCard.objects.filter(
+        status=CardStatus.DELISTED, updated_at__lt=CUTOFF).values_list("id", flat=True)}
+
+    for objects in range(len(overdue_objects) + 2):
+        taken = {card.id for card in overdue_objects[:objects]}
+        expected = len({card.project_id for card in PropertyObjectCard.objects.all()
+                        if card.project_id in overdue_projects and card.id not in taken})
+        assert held_back_after(cutoff=CUTOFF, objects=objects) == expected, objects
+    assert held_back_after(cutoff=CUTOFF) == held_back_after(cutoff=CUTOFF, objects=len(overdue_objects)) == 2

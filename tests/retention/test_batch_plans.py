@@ -11,7 +11,7 @@ from django.db import connection
 
 from catalog.demo_data import seed_demo_data
 from retention.backlog import MEASURE_BACKLOG, measure_backlog
-from retention.service import (
+from retention.phases import (
     ORPHAN_BUILDING_OVERRIDES, ORPHAN_OBJECT_OVERRIDES, ORPHAN_SCAN_CHUNK, PROJECTS, PROPERTY_OBJECTS,
 )
 

@@ -1,11 +1,13 @@
 """One deadline bounds a run's whole metrics export, whatever the Pushgateway does with its socket."""
 
+import logging
 import socket
 import threading
 import time
 import uuid
 from datetime import timedelta
 
+from config.logging import RunLog
 from retention.metrics import RunMetrics
 
 DRIP_INTERVAL_SECONDS = 0.5
@@ -41,7 +43,8 @@ def test_a_pushgateway_that_drips_bytes_costs_one_bounded_export(settings, monke
         settings.PROMETHEUS_PUSHGATEWAY_URL = f"http://127.0.0.1:{server.getsockname()[1]}"
         gateway = threading.Thread(target=drip_one_byte_at_a_time, args=(server, stop), daemon=True)
         gateway.start()
-        metrics = RunMetrics(run_id=uuid.uuid4(), max_duration=timedelta(minutes=20))
+        metrics = RunMetrics(log=RunLog(logging.getLogger("retention.metrics"), {"run_id": str(uuid.uuid4())}),
+                             max_duration=timedelta(minutes=20))
         export = threading.Thread(target=metrics.export, daemon=True)
         try:
             export.start()

@@ -22,7 +22,7 @@ from config.numbers import decimal_number, whole_number
 from retention.backlog import Backlog
 from retention.limits import LIMIT_OF_FIELD, LIMITS, PurgeLimits, PurgeLimitsError, number
 from retention.results import Outcome, PurgeFailed, PurgeResult
-from retention.service import StopRequest, purge_delisted_cards
+from retention.service import StopRequest, job_database, purge_delisted_cards
 
 logger = logging.getLogger("retention.command")
 
@@ -103,8 +103,7 @@ class Command(BaseCommand):
             limits = PurgeLimits.from_settings({field: options.get(field) for field in LIMIT_OF_FIELD})
         except PurgeLimitsError as error:
             raise CommandError(str(error), returncode=2) from None
-        # `--database ''` is a mistake, not a request for the default.
-        using = settings.DELISTED_RETENTION_LOCK_DATABASE if options["database"] is None else options["database"]
+        using = job_database(options["database"])
         if using not in settings.DATABASES:
             raise CommandError(
                 f"--database: no database alias {using!r} (configured: {', '.join(settings.DATABASES)})",

@@ -1,0 +1,235 @@
+"""The four phases of a run, in the order it runs them, each with the SQL of its batches; and beside them the dry
+run's SQL, which counts what those statements would take (retention.preview).
+
+The rule that leaves no property object dangling, a project held back while a property-object card of its is left, is
+written once (HELD_BACK_BY) and formatted into every statement that applies it: the project batches, the backlog count
+(retention.backlog) and the dry run.
+"""
+
+from dataclasses import dataclass
+
+from retention.locks import SESSION_MARKER
+
+# A project (`card`) is held back while a property-object card of its is left; `{left}` says which objects count.
+HELD_BACK_BY = "EXISTS (SELECT FROM catalog.property_object_cards AS po WHERE po.project_id = card.id AND {left})"
+# In the batches and the backlog count every object there is counts: a deleted one is gone.
+HELD_BACK = HELD_BACK_BY.format(left="true")
+# The objects a run reaching the `objects` oldest overdue ones takes, in the batches' order (updated_at, id): the
+# overdue ones before the keyset boundary `kept_from`, the first overdue object it leaves, which FIRST_OBJECT_KEPT finds
+# through the partial index (updated_at, id) WHERE status = 'Delisted'. A run that leaves none (kept_from NULL) takes
+# every overdue object: the planner then drops the comparison, and the held-back probe reads (project_id, status,
+# updated_at) from its index alone, as the admin page needs.
+OBJECT_TAKEN = """po.status = 'Delisted' AND po.updated_at < %(cutoff)s
+                 AND (%(kept_from_at)s::timestamptz IS NULL
+                      OR (po.updated_at, po.id) < (%(kept_from_at)s, %(kept_from_id)s::uuid))"""
+HELD_BACK_AFTER_TAKEN = HELD_BACK_BY.format(left=f"NOT ({OBJECT_TAKEN})")
+
+
+# Overrides an orphan scan reads per statement: probing each one's card by key keeps a chunk at a few ms
+# (docs/benchmark-findings.md).
+ORPHAN_SCAN_CHUNK = 1000
+
+
+@dataclass(frozen=True)
+class Phase:
+    """One kind of row the job deletes, in batches.
+
+    `batch_sql` is a batch on the happy path, one statement: lock the batch FOR UPDATE SKIP LOCKED, delete it and
+    its overrides, return the counts and the session it ran on. Only a batch that failed for a data reason is
+    redone in parts, with `lock_sql` (its ids and row addresses) and `delete_sql` (a part, by row address).
+    `scan_sql` (the orphan phases) finds the candidates a batch takes, outside any row-locking transaction."""
+
+    name: str
+    lock_sql: str
+    delete_sql: str
+    batch_sql: str
+    deleted_overrides: str  # the PurgeResult field its overrides count into
+    deleted_cards: str | None  # the PurgeResult field its cards count into; None: it deletes overrides only
+    scan_sql: str | None = None
+
+
+# The statements of a phase are built from two parts: `select_batch`, the SELECT of a batch's rows (id, ctid) with
+# its ORDER BY and LIMIT, and `delete`, the DELETE ... RETURNING of the rows at {row_addresses} with their
+# overrides ({ids}: theirs), ending in the CTE `deleted_overrides` and (card phases) `deleted_cards`. Parameters: cutoff,
+# batch_size, only_ids (NULL, or the ids a batch is limited to: a failed batch being redone, an orphan scan's
+# candidates), skipped_ids (culprits of this run). The row addresses (`ctid`) of locked rows cannot change while
+# this transaction holds their row locks: no UPDATE or DELETE can touch them, and VACUUM never moves a live row.
+def phase(name: str, *, select_batch: str, delete: str, deleted_cards: str | None, deleted_overrides: str,
+          scan_sql: str | None = None) -> Phase:
+    counts = "(SELECT count(*) FROM deleted_cards)" if deleted_cards else "0"
+    return Phase(
+        name=name,
+        # Ids and row addresses come back as one array text value each, not thousands of values to adapt.
+        lock_sql=f"""
+            SELECT count(*), array_agg(id)::text, array_agg(ctid)::text, pg_backend_pid(),
+                   current_setting('{SESSION_MARKER}', true)
+              FROM ({select_batch} FOR UPDATE SKIP LOCKED) AS batch
+        """,
+        delete_sql=f"""
+            WITH {delete.format(row_addresses="%(row_addresses)s::tid[]", ids="%(ids)s::uuid[]")}
+            SELECT {counts}, (SELECT count(*) FROM deleted_overrides)
+        """,
+        batch_sql=f"""
+            WITH batch AS ({select_batch} FOR UPDATE SKIP LOCKED),
+            {delete.format(row_addresses="ARRAY(SELECT ctid FROM batch)", ids="ARRAY(SELECT id FROM batch)")}
+            SELECT (SELECT count(*) FROM batch), {counts}, (SELECT count(*) FROM deleted_overrides),
+                   pg_backend_pid(), current_setting('{SESSION_MARKER}', true)
+        """,
+        deleted_cards=deleted_cards,
+        deleted_overrides=deleted_overrides,
+        scan_sql=scan_sql,
+    )
+
+
+PROPERTY_OBJECTS = phase(
+    "property_objects",
+    select_batch="""
+        SELECT id, ctid FROM catalog.property_object_cards
+         WHERE status = 'Delisted' AND updated_at < %(cutoff)s
+           AND (%(only_ids)s::uuid[] IS NULL OR id = ANY(%(only_ids)s::uuid[]))
+           AND id <> ALL(%(skipped_ids)s::uuid[])
+         ORDER BY updated_at, id
+         LIMIT %(batch_size)s
+    """,
+    delete="""
+        deleted_cards AS (
+            DELETE FROM catalog.property_object_cards AS card
+             WHERE card.ctid = ANY({row_addresses})
+               AND card.status = 'Delisted' AND card.updated_at < %(cutoff)s
+            RETURNING card.id
+        ), deleted_overrides AS (
+            DELETE FROM catalog.property_object_display_overrides
+             WHERE property_object_id IN (SELECT id FROM deleted_cards)
+            RETURNING 1
+        )
+    """,
+    deleted_cards="deleted_property_object_cards",
+    deleted_overrides="deleted_property_object_overrides",
+)
+# A project is deleted only once no property-object card is left under it. The DELETE re-checks that after the
+# projects are locked, with catalog.projects_with_property_objects (migration catalog 0005): an object upsert holds
+# its project FOR KEY SHARE, so once the project is locked no object can appear under it, and the function's fresh
+# snapshot sees any that was committed before, even after this statement began (its argument, the batch's ids,
+# is complete only once every row of the batch is locked).
+PROJECTS = phase(
+    "projects",
+    select_batch=f"""
+        SELECT id, ctid FROM catalog.project_cards AS card
+         WHERE status = 'Delisted' AND updated_at < %(cutoff)s
+           AND NOT {HELD_BACK}
+           AND (%(only_ids)s::uuid[] IS NULL OR id = ANY(%(only_ids)s::uuid[]))
+           AND id <> ALL(%(skipped_ids)s::uuid[])
+         ORDER BY updated_at, id
+         LIMIT %(batch_size)s
+    """,
+    delete="""
+        holding AS (
+            SELECT catalog.projects_with_property_objects({ids}) AS ids
+        ), deleted_cards AS (
+            DELETE FROM catalog.project_cards AS card
+             WHERE card.ctid = ANY({row_addresses})
+               AND card.status = 'Delisted' AND card.updated_at < %(cutoff)s
+               AND card.id <> ALL((SELECT ids FROM holding)::uuid[])
+            RETURNING card.id
+        ), deleted_overrides AS (
+            DELETE FROM catalog.building_display_overrides
+             WHERE project_id IN (SELECT id FROM deleted_cards)
+            RETURNING 1
+        )
+    """,
+    deleted_cards="deleted_project_cards",
+    deleted_overrides="deleted_building_overrides",
+)
+# Overrides whose card is gone: left by a writer outside catalog.operations' protocol, which locks the card
+# FOR KEY SHARE and refuses a gone one. The job's own batches delete a card's overrides with it. Only overrides
+# written within orphan_sweep_window are looked at (an orphan is written while or after its card is deleted; older
+# orphans: one run with a wide --orphan-sweep-days), and never in one statement: `scan_sql` reads them in chunks of
+# ORPHAN_SCAN_CHUNK in (created_at, id) order through the (created_at, id) index, outside any row-locking
+# transaction, probing each one's card by its key (a LATERAL ... LIMIT 1 cannot become a hash join, which would
+# read every card), and a batch then takes the candidates it found by id and checks them again under its locks.
+# Parameters of the scan: orphan_sweep_window, after_created_at and after_id (where the previous chunk ended),
+# chunk (ORPHAN_SCAN_CHUNK).
+def orphan_phase(name: str, *, overrides: str, cards: str, card_key: str, deleted_overrides: str) -> Phase:
+    card_is_gone = f"NOT EXISTS (SELECT FROM catalog.{cards} AS card WHERE card.id = override.{card_key})"
+    return phase(
+        name,
+        scan_sql=f"""
+            WITH chunk AS (
+                SELECT id, created_at, {card_key} AS card_id FROM catalog.{overrides}
+                 WHERE created_at >= now() - %(orphan_sweep_window)s
+                   AND (created_at, id) > (%(after_created_at)s::timestamptz, %(after_id)s::bigint)
+                 ORDER BY created_at, id
+                 LIMIT %(chunk)s
+            ), last AS (
+                SELECT created_at, id FROM chunk ORDER BY created_at DESC, id DESC LIMIT 1
+            )
+            SELECT (SELECT count(*) FROM chunk),
+                   (SELECT array_agg(chunk.id ORDER BY chunk.created_at, chunk.id)::text
+                      FROM chunk
+                      LEFT JOIN LATERAL (SELECT true AS found FROM catalog.{cards} AS card
+                                          WHERE card.id = chunk.card_id LIMIT 1) AS card ON true
+                     WHERE card.found IS NULL),
+                   (SELECT created_at FROM last), (SELECT id FROM last)
+        """,
+        select_batch=f"""
+            SELECT id, ctid FROM catalog.{overrides} AS override
+             WHERE id = ANY(%(only_ids)s::bigint[]) AND {card_is_gone}
+               AND id::text <> ALL(%(skipped_ids)s::text[])
+             ORDER BY created_at, id
+             LIMIT %(batch_size)s
+        """,
+        delete=f"""
+            deleted_overrides AS (
+                DELETE FROM catalog.{overrides} AS override
+                 WHERE override.ctid = ANY({{row_addresses}}) AND {card_is_gone}
+                RETURNING 1
+            )
+        """,
+        deleted_cards=None,
+        deleted_overrides=deleted_overrides,
+    )
+
+
+ORPHAN_OBJECT_OVERRIDES = orphan_phase(
+    "orphan_property_object_overrides", overrides="property_object_display_overrides",
+    cards="property_object_cards", card_key="property_object_id",
+    deleted_overrides="deleted_property_object_overrides",
+)
+ORPHAN_BUILDING_OVERRIDES = orphan_phase(
+    "orphan_building_overrides", overrides="building_display_overrides", cards="project_cards",
+    card_key="project_id", deleted_overrides="deleted_building_overrides",
+)
+# The orphans first, oldest first: a run stopped on its limits in the card phases has then looked at every orphan
+# within the window, so none outlives the sweep while runs come more often than the window. Orphans are rare (a
+# writer outside the protocol); a flood of them costs batches the card phases wait for, and shows as has_more and
+# the backlog's age, where orphans left behind would show nowhere.
+PHASES = (ORPHAN_OBJECT_OVERRIDES, ORPHAN_BUILDING_OVERRIDES, PROPERTY_OBJECTS, PROJECTS)
+CARD_PHASES = (PROPERTY_OBJECTS, PROJECTS)
+
+
+# The dry run's SQL (retention.preview). Parameters: cutoff; objects, how many overdue objects the run reaches;
+# kept_from_at and kept_from_id, the boundary; projects, how many projects it deletes.
+FIRST_OBJECT_KEPT = """
+SELECT updated_at, id::text FROM catalog.property_object_cards
+ WHERE status = 'Delisted' AND updated_at < %(cutoff)s
+ ORDER BY updated_at, id
+ OFFSET %(objects)s LIMIT 1
+"""
+# The overdue projects still held back once the objects taken are gone.
+HELD_BACK_AFTER = f"""
+SELECT count(*) FROM catalog.project_cards AS card
+ WHERE status = 'Delisted' AND updated_at < %(cutoff)s AND {HELD_BACK_AFTER_TAKEN}
+"""
+# The overrides of exactly the rows the real batches would take, in the same order.
+OVERRIDES_OF_TAKEN = f"""
+WITH taken_objects AS (
+    SELECT id FROM catalog.property_object_cards AS po WHERE {OBJECT_TAKEN}
+), taken_projects AS (
+    SELECT id FROM catalog.project_cards AS card
+     WHERE status = 'Delisted' AND updated_at < %(cutoff)s AND NOT {HELD_BACK_AFTER_TAKEN}
+     ORDER BY updated_at, id LIMIT %(projects)s
+)
+SELECT (SELECT count(*) FROM catalog.property_object_display_overrides
+         WHERE property_object_id IN (SELECT id FROM taken_objects)),
+       (SELECT count(*) FROM catalog.building_display_overrides WHERE project_id IN (SELECT id FROM taken_projects))
+"""

@@ -1,0 +1,139 @@
+"""What the next run would delete, without deleting: the admin page's preview, reckoned from the backlog counts
+(preview_run), and the job's dry run (preview_purge), the same arithmetic on exact counts of the rows the batches
+would take. Both read without locks.
+"""
+
+import time
+import uuid
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from datetime import datetime
+
+from retention.backlog import Backlog, measure_backlog, plain_cursor
+from retention.limits import PurgeLimits
+from retention.phases import FIRST_OBJECT_KEPT, HELD_BACK_AFTER, OVERRIDES_OF_TAKEN
+from retention.results import PurgeResult, StopReason
+
+def objects_taken(cursor, *, cutoff: datetime, objects: int | None) -> dict:
+    """The parameters that say which overdue property objects a run reaching `objects` of them (None: all) takes:
+    the cutoff and the keyset boundary of phases.OBJECT_TAKEN (None: it leaves no overdue object). An index-only
+    scan of up to `objects` entries."""
+    first_kept = None
+    if objects is not None:
+        cursor.execute(FIRST_OBJECT_KEPT, {"cutoff": cutoff, "objects": objects})
+        first_kept = cursor.fetchone()
+    kept_from_at, kept_from_id = first_kept or (None, None)
+    return {"cutoff": cutoff, "kept_from_at": kept_from_at, "kept_from_id": kept_from_id}
+
+
+def held_back_after(
+    *, cutoff: datetime, objects: int | None = None, using: str = "default",
+    transaction: Callable[[], AbstractContextManager] | None = None,
+) -> int:
+    """The overdue projects still holding a property-object card once the `objects` oldest overdue property objects
+    are gone (None: every overdue one). One aggregate over the overdue projects (the partial index), each probing its
+    objects by project_id."""
+    with (transaction or plain_cursor(using))() as cursor:
+        cursor.execute(HELD_BACK_AFTER, objects_taken(cursor, cutoff=cutoff, objects=objects))
+        return cursor.fetchone()[0]
+
+
+def simulate_batches(
+    available: tuple[int, ...], batch_size: int, max_batches: int
+) -> tuple[list[int], int, StopReason]:
+    """The job's loop (retention.service.run_phases) on counts: how many rows each card phase takes, how many
+    batches, why it stops. A batch is counted when it selects something; a phase ends on a short batch; max_batches
+    is checked before every batch. The orphan-override phases come first and are left out (a preview does not count
+    orphans), so a run whose card phases ran dry completed."""
+    batches = 0
+    taken = [0] * len(available)
+    for phase, count in enumerate(available):
+        while True:
+            if batches >= max_batches:
+                return taken, batches, StopReason.MAX_BATCHES
+            take = min(batch_size, count - taken[phase])
+            if take:
+                batches += 1
+                taken[phase] += take
+            if take < batch_size:
+                break
+    return taken, batches, StopReason.COMPLETED
+
+
+@dataclass(frozen=True)
+class RunPreview:
+    """What the next run would do at these limits (MaxRunDuration aside), reckoned from the counts.
+
+    projects_held_back is what the run leaves held back: exact when it deletes every overdue property object,
+    otherwise an upper bound (the projects whose last overdue objects it reaches are freed)."""
+
+    deleted_property_object_cards: int
+    deleted_project_cards: int
+    batches_processed: int
+    has_more: bool
+    projects_held_back: int
+    projects_held_back_exact: bool
+    stop_reason: StopReason
+
+
+def preview_run(
+    *, backlog: Backlog, held_back_after_overdue_objects: int, batch_size: int, max_batches: int
+) -> RunPreview:
+    """The run's loop as arithmetic: the projects phase runs only once the property objects ran dry within
+    max_batches, and by then every overdue project not held back by a card that is not overdue is purgeable
+    (held_back_after_overdue_objects counts only then). has_more, as the run reports it: cards it could delete are
+    left for the next run."""
+    overdue_objects = backlog.property_objects.overdue
+    purgeable_projects = backlog.projects.overdue - held_back_after_overdue_objects
+    (objects, projects), batches, stop_reason = simulate_batches(
+        (overdue_objects, purgeable_projects), batch_size, max_batches
+    )
+    all_objects_deleted = objects == overdue_objects
+    return RunPreview(
+        deleted_property_object_cards=objects,
+        deleted_project_cards=projects,
+        batches_processed=batches,
+        has_more=objects < overdue_objects or projects < purgeable_projects,
+        projects_held_back=held_back_after_overdue_objects if all_objects_deleted else backlog.projects.held_back,
+        projects_held_back_exact=all_objects_deleted,
+        stop_reason=stop_reason,
+    )
+
+
+def preview_purge(
+    *, run_id: uuid.UUID, cutoff: datetime, limits: PurgeLimits, transaction: Callable[[], AbstractContextManager],
+    started: float,
+) -> PurgeResult:
+    """Dry run: what a run with these limits would delete now (max_duration and orphan overrides aside), through
+    `transaction` (the run's bounded one). The loop's arithmetic is preview_run's, on the exact count of the projects
+    held back once the property objects the run reaches are gone; the overrides are those of the rows taken."""
+    backlog = measure_backlog(cutoff=cutoff, transaction=transaction, count_held_back=False)
+    objects_reached = min(backlog.property_objects.overdue, limits.batch_size * limits.max_batches)
+    held_back = held_back_after(cutoff=cutoff, objects=objects_reached, transaction=transaction)
+    preview = preview_run(
+        backlog=backlog, held_back_after_overdue_objects=held_back, batch_size=limits.batch_size,
+        max_batches=limits.max_batches,
+    )
+    with transaction() as cursor:
+        cursor.execute(OVERRIDES_OF_TAKEN, {
+            **objects_taken(cursor, cutoff=cutoff, objects=objects_reached),
+            "projects": preview.deleted_project_cards,
+        })
+        object_overrides, building_overrides = cursor.fetchone()
+    return PurgeResult(
+        run_id=run_id,
+        cutoff=cutoff,
+        stop_reason=preview.stop_reason,
+        has_more=preview.has_more,
+        deleted_property_object_cards=preview.deleted_property_object_cards,
+        deleted_project_cards=preview.deleted_project_cards,
+        deleted_property_object_overrides=object_overrides,
+        deleted_building_overrides=building_overrides,
+        batches_processed=preview.batches_processed,
+        projects_held_back=held_back,
+        overdue_property_object_cards=backlog.property_objects.overdue,
+        overdue_project_cards=backlog.projects.overdue,
+        duration_seconds=round(time.monotonic() - started, 3),
+        dry_run=True,
+    )
