@@ -1,8 +1,8 @@
 """What is waiting for the retention job: Delisted cards per kind, how many are past the cutoff, the oldest, and the
 overdue projects held back by a remaining property-object card.
 
-Read-only and cheap whatever the table sizes: one statement, aggregates over the partial indexes
-`(updated_at, id) WHERE status = 'Delisted'`. A run counts it twice, at its start and, the overdue cards only, at
+Read-only and cheap whatever the table sizes: aggregates over the partial indexes `(updated_at, id) WHERE status =
+'Delisted'`, in chunks. A run counts it twice, at its start and, the overdue cards only, at
 its end, and shares each count between its result, its metrics and the progress bar; the web `/metrics` collector
 and the admin page use it too.
 
@@ -20,25 +20,36 @@ from django.db import connections
 
 from retention.phases import HELD_BACK
 
-# With count_within_window false each kind's scan stops at the cutoff: `counted` is then the overdue cards alone.
-# The oldest Delisted card is the first entry of the partial index either way.
-MEASURE_BACKLOG = f"""
-WITH objects AS (
-    SELECT count(*) AS counted, count(*) FILTER (WHERE updated_at < %(cutoff)s) AS overdue,
-           (SELECT min(updated_at) FROM catalog.property_object_cards WHERE status = 'Delisted') AS oldest_delisted_at
-      FROM catalog.property_object_cards
-     WHERE status = 'Delisted' AND (%(count_within_window)s OR updated_at < %(cutoff)s)
-), projects AS (
-    SELECT count(*) AS counted, count(*) FILTER (WHERE updated_at < %(cutoff)s) AS overdue,
-           (SELECT min(updated_at) FROM catalog.project_cards WHERE status = 'Delisted') AS oldest_delisted_at,
-           count(*) FILTER (WHERE %(count_held_back)s AND updated_at < %(cutoff)s AND {HELD_BACK}) AS held_back
-      FROM catalog.project_cards AS card
-     WHERE status = 'Delisted' AND (%(count_within_window)s OR updated_at < %(cutoff)s)
+# The backlog is counted in chunks, each one statement (and, in a run, one transaction) that reads at most
+# COUNT_CHUNK entries of a kind's partial index `(updated_at, id) WHERE status = 'Delisted'`, from where the last
+# chunk ended, or probes the objects of at most HELD_BACK_CHUNK overdue projects: no statement of a count lasts
+# long whatever the backlog (one statement over 500k entries took 0.2 s at 2M cards, docs/benchmark-findings.md).
+COUNT_CHUNK = 100_000
+HELD_BACK_CHUNK = 2_000
+# A chunk ends at the `chunk`-th entry after the last chunk's end (`boundary`, found by an index-only skip) and takes
+# every card sharing that entry's moment, so that a cascade's cards never straddle two chunks; the last chunk is
+# the one with no boundary. Each row: the entries, the second count, the first and the last moment, whether it was
+# the last chunk.
+CHUNK_OF = """
+WITH boundary AS (
+    SELECT updated_at FROM catalog.{cards}
+     WHERE {entries} AND updated_at > %(after)s
+     ORDER BY updated_at OFFSET %(chunk)s - 1 LIMIT 1
 )
-SELECT objects.counted, objects.overdue, objects.oldest_delisted_at,
-       projects.counted, projects.overdue, projects.oldest_delisted_at, projects.held_back
-  FROM objects, projects
+SELECT count(*), count(*) FILTER (WHERE {second}), min(updated_at), max(updated_at), NOT EXISTS (SELECT FROM boundary)
+  FROM catalog.{cards} AS card
+ WHERE {entries} AND updated_at > %(after)s AND updated_at <= coalesce((SELECT updated_at FROM boundary), 'infinity')
 """
+# A kind's Delisted cards and the overdue among them; with count_within_window false the scan stops at the cutoff,
+# and the entries are the overdue cards alone. The first entry of the index is the oldest Delisted card either way.
+COUNT_DELISTED = CHUNK_OF.format(
+    cards="{cards}", entries="status = 'Delisted' AND (%(count_within_window)s OR updated_at < %(cutoff)s)",
+    second="updated_at < %(cutoff)s",
+)
+# The overdue projects and those held back by a remaining property-object card.
+COUNT_HELD_BACK = CHUNK_OF.format(
+    cards="project_cards", entries="status = 'Delisted' AND updated_at < %(cutoff)s", second=HELD_BACK,
+)
 
 # The Delisted cards that become deletable on each of the next `days` days (in the session's time zone: Django's
 # TIME_ZONE), from now on: their updated_at + retention falls in that day and after the cutoff. One index-only range
@@ -112,8 +123,8 @@ def measure_backlog(
     *, cutoff: datetime, using: str = "default", transaction: Callable[[], AbstractContextManager] | None = None,
     count_held_back: bool = True, within_window_from: Backlog | None = None,
 ) -> Backlog:
-    """The backlog in one statement; `transaction` (a run's bounded transaction) runs it under the run's timeouts.
-    Without `count_held_back` the statement skips the probe of each overdue project's objects, and
+    """The backlog, counted in chunks; `transaction` (a run's bounded transaction) runs each chunk under the run's
+    timeouts. Without `count_held_back` the count skips the probe of each overdue project's objects, and
     `projects.held_back` is None.
 
     `within_window_from` is a count at the same cutoff made earlier (a run's start count, for its end count): the
@@ -121,19 +132,39 @@ def measure_backlog(
     deletes none of the former, and recounting them is the end count's main cost: their index entries sit on heap
     pages the run's deletes just took out of the visibility map. Cards delisted or restored within the window
     meanwhile show in the next count. The measurements behind both: docs/benchmark-findings.md."""
-    with (transaction or plain_cursor(using))() as cursor:
-        cursor.execute(MEASURE_BACKLOG, {
-            "cutoff": cutoff, "count_held_back": count_held_back, "count_within_window": within_window_from is None,
-        })
-        objects_counted, objects_overdue, objects_oldest, *projects, held_back = cursor.fetchone()
+    params = {"cutoff": cutoff, "count_within_window": within_window_from is None}
+    read = transaction or plain_cursor(using)
+    objects_counted, objects_overdue, objects_oldest = count_in_chunks(
+        read, COUNT_DELISTED.format(cards="property_object_cards"), params, COUNT_CHUNK,
+    )
+    projects = count_in_chunks(read, COUNT_DELISTED.format(cards="project_cards"), params, COUNT_CHUNK)
+    held_back = count_in_chunks(read, COUNT_HELD_BACK, params, HELD_BACK_CHUNK)[1] if count_held_back else None
     property_objects = KindBacklog(objects_counted, objects_overdue, objects_oldest)
-    projects = KindBacklog(*projects, held_back=held_back if count_held_back else None)
+    projects = KindBacklog(*projects, held_back=held_back)
     if within_window_from is not None:
         if within_window_from.cutoff != cutoff:
             raise ValueError("within_window_from was counted at another cutoff")
         property_objects = property_objects.plus_delisted(within_window_from.property_objects.within_window)
         projects = projects.plus_delisted(within_window_from.projects.within_window)
     return Backlog(cutoff=cutoff, property_objects=property_objects, projects=projects)
+
+
+def count_in_chunks(
+    read: Callable[[], AbstractContextManager], statement: str, params: dict, chunk: int
+) -> tuple[int, int, datetime | None]:
+    """Sum `statement`'s chunks, each read on its own (`read()`), up to the last: the entries, the second count,
+    the earliest moment."""
+    after, earliest, entries, second = "-infinity", None, 0, 0
+    while True:
+        with read() as cursor:
+            cursor.execute(statement, {**params, "after": after, "chunk": chunk})
+            chunk_entries, chunk_second, first, last, is_last = cursor.fetchone()
+        earliest = earliest or first
+        entries += chunk_entries
+        second += chunk_second
+        if is_last:
+            return entries, second, earliest
+        after = last
 
 
 @dataclass(frozen=True)

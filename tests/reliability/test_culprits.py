@@ -85,8 +85,9 @@ def test_max_batches_one_on_a_batch_of_two_thousand_culprits_is_one_batch_of_two
 
     result = json.loads(completed.stdout)
     assert completed.returncode == 1 and result["batches_processed"] == 1 and result["culprit_count"] == 2_000
-    # the lock, the counts at start and end, the failed batch and its isolation: a handful, not 4,000
-    assert transactions < 20, transactions
+    # the lock, the counts at start and end (a chunk of each), the orphan scans, the failed batch and its
+    # isolation: a handful, not 4,000
+    assert transactions < 30, transactions
 
 
 @pytest.mark.django_db(transaction=True)

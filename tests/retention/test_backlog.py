@@ -5,6 +5,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from catalog.models import CardStatus, ProjectCard, PropertyObjectCard
+from retention import backlog
 from retention.backlog import compute_cutoff, measure_backlog
 from retention.preview import held_back_after, preview_run
 from tests.support import purge
@@ -50,6 +51,19 @@ def test_the_counts_of_the_catalog():
 
     assert (backlog.property_objects.overdue, backlog.projects.overdue) == (9, 6)
     assert (backlog.projects.held_back, held_back_after_overdue_objects) == (4, 2)
+
+
+@pytest.mark.parametrize("chunk", [1, 2, 4])
+def test_a_count_in_many_chunks_equals_the_count_in_one(monkeypatch, chunk):
+    catalog()  # many cards share one updated_at (a cascade): the chunks' keyset must break ties by id
+    in_one = measure_backlog(cutoff=CUTOFF)
+
+    monkeypatch.setattr(backlog, "COUNT_CHUNK", chunk)
+    monkeypatch.setattr(backlog, "HELD_BACK_CHUNK", chunk)
+    in_chunks = measure_backlog(cutoff=CUTOFF)
+
+    assert in_chunks == in_one
+    assert (in_one.property_objects.delisted, in_one.projects.overdue, in_one.projects.held_back) == (11, 6, 4)
 
 
 def test_the_end_count_recounts_the_overdue_cards_and_takes_those_within_the_window_from_the_start():

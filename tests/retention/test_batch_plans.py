@@ -10,7 +10,7 @@ import pytest
 from django.db import connection
 
 from catalog.demo_data import seed_demo_data
-from retention.backlog import MEASURE_BACKLOG, measure_backlog
+from retention.backlog import COUNT_CHUNK, COUNT_DELISTED, measure_backlog
 from retention.phases import (
     ORPHAN_BUILDING_OVERRIDES, ORPHAN_OBJECT_OVERRIDES, ORPHAN_SCAN_CHUNK, PROJECTS, PROPERTY_OBJECTS,
 )
@@ -119,12 +119,15 @@ def rows_read_from(index: str, nodes: list[dict]) -> int:
 def test_the_end_count_reads_only_the_overdue_entries_of_the_partial_indexes(demo_catalog, count):
     cutoff = database_cutoff()
     backlog = measure_backlog(cutoff=cutoff)
-    params = {"cutoff": cutoff, "count_held_back": count == "end", "count_within_window": count == "start"}
-    nodes = plan_nodes(MEASURE_BACKLOG, params, analyze=True)
+    params = {"cutoff": cutoff, "count_within_window": count == "start", "after": "-infinity", "chunk": COUNT_CHUNK}
 
-    read = (rows_read_from("property_object_cards_delisted_updated_at_idx", nodes),
-            rows_read_from("project_cards_delisted_updated_at_idx", nodes))
+    read = tuple(
+        rows_read_from(f"{cards}_delisted_updated_at_idx",
+                       plan_nodes(COUNT_DELISTED.format(cards=cards), params, analyze=True))
+        for cards in ("property_object_cards", "project_cards")
+    )
 
+    assert backlog.property_objects.delisted < COUNT_CHUNK  # one chunk per kind: its reads are the whole count's
     assert backlog.property_objects.overdue < backlog.property_objects.delisted
     assert backlog.projects.overdue < backlog.projects.delisted
     expected = "delisted" if count == "start" else "overdue"
