@@ -45,13 +45,14 @@ PAUSED_BATCHES = 6
 # The autocommit loop's batch: Sentry's `BulkDeleteQuery.execute_postgres(chunk_size=10000)`.
 SENTRY_CHUNK_SIZE = 10_000
 # What the one-shot buys (a study, one run each on the peers catalog): the floor at other batch sizes, with its
-# cards deleted in physical order, and with no batches at all. (label, floor worker options)
+# cards deleted in physical order, with no batches at all, and the one-shot itself. (label, worker and options)
 ONE_SHOT_STUDY = (
-    ("floor, batch 2,000", ("--batch-size", "2000")),
-    ("floor, batch 10,000", ("--batch-size", "10000")),
-    ("floor, batch 50,000", ("--batch-size", "50000")),
-    ("floor, batch 2,000, cards deleted in ctid order", ("--batch-size", "2000", "--delete-by", "ctid")),
-    ("floor, one statement a phase (no LIMIT)", ("--batch-size", "all")),
+    ("floor, batch 2,000", ("floor", "--batch-size", "2000")),
+    ("floor, batch 10,000", ("floor", "--batch-size", "10000")),
+    ("floor, batch 50,000", ("floor", "--batch-size", "50000")),
+    ("floor, batch 2,000, cards deleted in ctid order", ("floor", "--batch-size", "2000", "--delete-by", "ctid")),
+    ("floor, one statement a phase (no LIMIT)", ("floor", "--batch-size", "all")),
+    ("one-shot queryset.delete() (no locking CTE, no order)", ("oneshot",)),
 )
 
 
@@ -362,8 +363,8 @@ def measure(base_url: str, names: dict[str, str], args) -> Results:
     )))
     logger.info("6. what the one-shot buys")
     one_shot_study = [
-        timed_run("floor", create_database(base_url, names["run"], template=names["peers"]), label, *options)
-        for label, options in ONE_SHOT_STUDY
+        timed_run(worker, create_database(base_url, names["run"], template=names["peers"]), label, *options)
+        for label, (worker, *options) in ONE_SHOT_STUDY
     ]
 
     logger.info("4. peak RSS of the command")
