@@ -8,17 +8,23 @@ DEMO_PROJECTS ?= 400
 DEMO_OBJECTS_PER_PROJECT ?= 50
 
 # `make bench` sizes (docs/benchmarks.md): property objects of the small and the large catalog, the cards of the short
-# memory run and the large backlog (throughput, live traffic, peers), runs per measurement, batch pauses and pause
-# factors tried under live traffic (the first factor is the live-read target's), rounds per purge under live traffic
-# and per peer, and the admin pages' catalog and backlog. Smaller and quicker, for development:
-#   make bench BENCH_LARGE_CARDS=500000 BENCH_BACKLOGS="5000 50000" BENCH_ADMIN_CARDS=100000 BENCH_ADMIN_BACKLOG=20000
+# memory run and the large backlog (throughput, live traffic), the small throughput catalog and its backlog, runs per
+# measurement, batch pauses and pause factors tried under live traffic (the first factor is the live-read target's),
+# rounds per purge under live traffic, the peers' catalog, backlog and rounds, and the admin pages' catalog and
+# backlog. Smaller and quicker, for development:
+#   make bench BENCH_LARGE_CARDS=500000 BENCH_BACKLOGS="5000 50000" BENCH_ADMIN_CARDS=100000 BENCH_ADMIN_BACKLOG=20000 \
+#     BENCH_PEER_CARDS=300000 BENCH_PEER_BACKLOG=60000
 BENCH_SMALL_CARDS ?= 100000
 BENCH_LARGE_CARDS ?= 10000000
 BENCH_BACKLOGS ?= 20000 200000
+BENCH_SMALL_THROUGHPUT_CARDS ?= 300000
+BENCH_SMALL_THROUGHPUT_BACKLOG ?= 60000
 BENCH_REPEATS ?= 3
 BENCH_PAUSES_MS ?= 0
 BENCH_PAUSE_FACTORS ?= 60
 BENCH_LIVE_ROUNDS ?= 4
+BENCH_PEER_CARDS ?= 2000000
+BENCH_PEER_BACKLOG ?= 400000
 BENCH_PEER_ROUNDS ?= 2
 BENCH_ADMIN_CARDS ?= 1000000
 BENCH_ADMIN_BACKLOG ?= 200000
@@ -73,6 +79,9 @@ screenshots: $(VENV)/.installed
 
 bench: $(VENV)/.bench-installed
 	$(PY) -m bench.run --database-url "$(DB_URL)" --small-cards $(BENCH_SMALL_CARDS) \
-		--large-cards $(BENCH_LARGE_CARDS) --backlogs $(BENCH_BACKLOGS) --repeats $(BENCH_REPEATS) \
-		--pauses-ms $(BENCH_PAUSES_MS) --pause-factors $(BENCH_PAUSE_FACTORS) --live-rounds $(BENCH_LIVE_ROUNDS) \
+		--large-cards $(BENCH_LARGE_CARDS) --backlogs $(BENCH_BACKLOGS) \
+		--small-throughput-cards $(BENCH_SMALL_THROUGHPUT_CARDS) \
+		--small-throughput-backlog $(BENCH_SMALL_THROUGHPUT_BACKLOG) \
+		--repeats $(BENCH_REPEATS) --pauses-ms $(BENCH_PAUSES_MS) --pause-factors $(BENCH_PAUSE_FACTORS) \
+		--live-rounds $(BENCH_LIVE_ROUNDS) --peer-cards $(BENCH_PEER_CARDS) --peer-backlog $(BENCH_PEER_BACKLOG) \
 		--peer-rounds $(BENCH_PEER_ROUNDS) --admin-cards $(BENCH_ADMIN_CARDS) --admin-backlog $(BENCH_ADMIN_BACKLOG)

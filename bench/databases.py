@@ -182,6 +182,18 @@ def drop_partial_indexes(url: str) -> None:
             connection.execute(sql.SQL("DROP INDEX {}").format(sql.Identifier(*index.split("."))))
 
 
+def seeded_catalog(base_url: str, name: str, *, cards: int, overdue: int, seed: int) -> int:
+    """A template of its own: `cards` property objects seeded without indexes, `overdue` of them overdue; return
+    the backlog."""
+    logger.info("template %s: %s property objects, backlog %s", name, f"{cards:,}", f"{overdue:,}")
+    url = migrated_database(base_url, name)
+    indexes = catalog_indexes_dropped(url)
+    seed_demo_data(url, cards=cards, seed=seed)
+    set_backlog(url, overdue=overdue)
+    build_indexes(url, indexes)
+    return settle(url)
+
+
 def prepare_templates(base_url: str, names: dict[str, str], args) -> tuple[dict[str, int], dict[str, int]]:
     """Seed the templates; return (property-object cards, overdue property objects) per template.
 
@@ -189,7 +201,8 @@ def prepare_templates(base_url: str, names: dict[str, str], args) -> tuple[dict[
     backlog (all of it moved into the restore window), and the small catalog seeded on top with the same seed,
     so the same backlog in the same physical shape sits in a larger table: only the table size changes.
     backlog_large: the same large demo catalog (the rest of the cards) with the large backlog, spread thin over the
-    whole table. admin: a catalog of its own size and backlog for the admin pages.
+    whole table. backlog_small, peers, admin: catalogs of their own size and backlog (the small throughput, the
+    peers, the admin pages).
     """
     logger.info("template %s: %s property objects", names["small"], f"{args.small_cards:,}")
     small_url = migrated_database(base_url, names["small"])
@@ -210,14 +223,12 @@ def prepare_templates(base_url: str, names: dict[str, str], args) -> tuple[dict[
     seed_demo_data(large_url, cards=args.small_cards, seed=SEED)
     backlogs["large"] = settle(large_url)
 
-    logger.info("template %s: %s property objects, backlog %s", names["admin"], f"{args.admin_cards:,}",
-                f"{args.admin_backlog:,}")
-    admin_url = migrated_database(base_url, names["admin"])
-    indexes = catalog_indexes_dropped(admin_url)
-    seed_demo_data(admin_url, cards=args.admin_cards, seed=SEED + 2)
-    set_backlog(admin_url, overdue=args.admin_backlog)
-    build_indexes(admin_url, indexes)
-    backlogs["admin"] = settle(admin_url)
+    for name, cards, overdue, seed in (
+        ("admin", args.admin_cards, args.admin_backlog, SEED + 2),
+        ("backlog_small", args.small_throughput_cards, args.small_throughput_backlog, SEED + 3),
+        ("peers", args.peer_cards, args.peer_backlog, SEED + 4),
+    ):
+        backlogs[name] = seeded_catalog(base_url, names[name], cards=cards, overdue=overdue, seed=seed)
     sizes = {name: table_size(database_url(base_url, names[name])) for name in backlogs}
     return sizes, backlogs
 

@@ -42,6 +42,18 @@ PAUSE_FACTOR_SETTING = "DELISTED_RETENTION_BATCH_PAUSE_FACTOR"
 # At factor 60, 10 batches took 25-110 s a round depending on the host (a 19.6-min bench): 6 keep the bench
 # within its 20 minutes.
 PAUSED_BATCHES = 6
+# The autocommit loop's batch: Sentry's `BulkDeleteQuery.execute_postgres(chunk_size=10000)`.
+SENTRY_CHUNK_SIZE = 10_000
+# What the one-shot buys (a study, one run each on the peers catalog): the floor at other batch sizes, with its
+# cards deleted in physical order, with no batches at all, and the one-shot itself. (label, worker and options)
+ONE_SHOT_STUDY = (
+    ("floor, batch 2,000", ("floor", "--batch-size", "2000")),
+    ("floor, batch 10,000", ("floor", "--batch-size", "10000")),
+    ("floor, batch 50,000", ("floor", "--batch-size", "50000")),
+    ("floor, batch 2,000, cards deleted in ctid order", ("floor", "--batch-size", "2000", "--delete-by", "ctid")),
+    ("floor, one statement a phase (no LIMIT)", ("floor", "--batch-size", "all")),
+    ("one-shot queryset.delete() (no locking CTE, no order)", ("oneshot",)),
+)
 
 
 def worker_command(worker: str, url: str, *options: str) -> list[str]:
@@ -84,6 +96,7 @@ class Run:
     deleted_cards: int
     seconds: float
     batch_seconds: list[float]
+    longest_transaction: float  # of every transaction of the run, the ones that deleted nothing too
 
     @property
     def rows_per_second(self) -> float:
@@ -93,7 +106,7 @@ class Run:
 def run_from_outcome(outcome: dict, label: str) -> Run:
     return Run(
         label=label, deleted_cards=outcome["deleted_cards"], seconds=outcome["finished"] - outcome["started"],
-        batch_seconds=outcome["batch_seconds"],
+        batch_seconds=outcome["batch_seconds"], longest_transaction=outcome["longest_transaction"],
     )
 
 
@@ -107,7 +120,13 @@ def percentile(values: list[float], fraction: float) -> float:
     return ordered[max(0, math.ceil(fraction * len(ordered)) - 1)]
 
 
-def measure_throughput(base_url: str, template: str, copy: str, *, batch_size: int, repeats: int):
+@dataclass(frozen=True)
+class Throughput:
+    jobs: list[Run]
+    floors: list[Run]
+
+
+def measure_throughput(base_url: str, template: str, copy: str, *, batch_size: int, repeats: int) -> Throughput:
     """Job and floor, alternating, each on a fresh copy of the same template."""
     jobs, floors = [], []
     for _ in range(repeats):
@@ -115,7 +134,7 @@ def measure_throughput(base_url: str, template: str, copy: str, *, batch_size: i
                               "--batch-size", str(batch_size)))
         floors.append(timed_run("floor", create_database(base_url, copy, template=template), "floor",
                                 "--batch-size", str(batch_size)))
-    return jobs, floors
+    return Throughput(jobs=jobs, floors=floors)
 
 
 def measure_scaling(
@@ -165,15 +184,26 @@ class LiveTraffic:
         return statistics.median(one.read_p99_ratio for one in self.rounds)
 
 
+def pooled_idle(traffic: list[LiveTraffic]) -> dict[str, list[float]]:
+    """The background load alone, pooled over every round: the same condition whatever purge followed."""
+    return {kind: [seconds for live in traffic for seconds in live.pooled("idle", kind)] for kind in KINDS}
+
+
 def measure_live_traffic(
-    base_url: str, template: str, copy: str, *, purge: Purge, load: Load, rounds: int
-) -> LiveTraffic:
-    """The background load, first alone, then while `purge` empties the backlog; `rounds` times, each on a fresh
-    copy."""
-    return LiveTraffic(
-        label=purge.label, adaptive=purge.adaptive,
-        rounds=[traffic_round(base_url, template, copy, purge=purge, load=load) for _ in range(rounds)],
-    )
+    base_url: str, template: str, copy: str, *, purges: list[Purge], load: Load, rounds: int
+) -> list[LiveTraffic]:
+    """The background load, first alone, then while a purge empties the backlog, each on a fresh copy; `rounds`
+    rounds of every purge, interleaved (each round runs every purge once, in turn), so a drift of the host's other
+    load over the minutes of the measurement falls on every purge alike."""
+    played = [[] for _ in purges]
+    for round_number in range(1, rounds + 1):
+        for purge, purge_rounds in zip(purges, played):
+            logger.info("round %d of %d: %s", round_number, rounds, purge.label)
+            purge_rounds.append(traffic_round(base_url, template, copy, purge=purge, load=load))
+    return [
+        LiveTraffic(label=purge.label, adaptive=purge.adaptive, rounds=purge_rounds)
+        for purge, purge_rounds in zip(purges, played)
+    ]
 
 
 def traffic_round(base_url: str, template: str, copy: str, *, purge: Purge, load: Load) -> TrafficRound:
@@ -222,12 +252,15 @@ def stop_background(process: subprocess.Popen) -> str:
     return stdout
 
 
-def peer_purges(batch_size: tuple[str, str]) -> list[Purge]:
-    return [
-        Purge("naive Django batches", ("naive", *batch_size)),
-        Purge("one-shot queryset.delete()", ("oneshot",)),
-        Purge("autocommit DELETE ... LIMIT loop", ("sentry", *batch_size)),
-    ]
+def peer_purges(batch_size: tuple[str, str]) -> dict[str, Purge]:
+    """The purges of section 6 by worker: the job and the floor beside the peers (bench/peers.py)."""
+    return {
+        "job": Purge("this job", ("job", *batch_size)),
+        "floor": Purge("raw-SQL floor", ("floor", *batch_size)),
+        "naive": Purge("naive Django batches", ("naive", *batch_size)),
+        "oneshot": Purge("one-shot queryset.delete()", ("oneshot",)),
+        "sentry": Purge("autocommit DELETE ... LIMIT loop", ("sentry", "--batch-size", str(SENTRY_CHUNK_SIZE))),
+    }
 
 
 def job_has_option(url: str, option: str) -> bool:
@@ -273,33 +306,29 @@ class AdminPage:
 class Results:
     sizes: dict[str, int]  # property-object cards per template
     backlogs: dict[str, int]  # overdue property objects per template
-    jobs: list[Run]
-    floors: list[Run]
+    throughput: dict[str, Throughput]  # by template: backlog_large, backlog_small
     scaling: dict[tuple[str, bool], list[Run]]  # (template, with the partial indexes) -> runs
     live: list[LiveTraffic]  # the job at each pause and pause factor (the first factor is the target's), the floor
     unmeasured: list[tuple[str, str]]  # (live-traffic purge, why it was not measured)
-    peers: list[LiveTraffic]  # the other shapes of the purge (bench/peers.py)
+    peers: dict[str, LiveTraffic]  # by worker (peer_purges): the job, the floor, the other shapes of the purge
+    one_shot_study: list[Run]  # ONE_SHOT_STUDY's runs, in its order
     rss: list[tuple[int, int, int]]  # (max batches, peak RSS in KiB, cards deleted), the shorter run first
     admin_pages: list[AdminPage]  # the admin index first
-
-    @property
-    def idle(self) -> dict[str, list[float]]:
-        """The background load alone, pooled over every round: the same condition whatever purge followed."""
-        return {
-            kind: [s for live in (*self.live, *self.peers) for s in live.pooled("idle", kind)] for kind in KINDS
-        }
 
 
 def measure(base_url: str, names: dict[str, str], args) -> Results:
     sizes, backlogs = prepare_templates(base_url, names, args)
     batch_size = ("--batch-size", str(args.batch_size))
-    logger.info("1. throughput: job vs floor")
-    jobs, floors = measure_throughput(
-        base_url, names["backlog_large"], names["run"], batch_size=args.batch_size, repeats=args.repeats
-    )
+    throughput = {}
+    for template in ("backlog_large", "backlog_small"):
+        logger.info("1. throughput: job vs floor, %s", names[template])
+        throughput[template] = measure_throughput(
+            base_url, names[template], names["run"], batch_size=args.batch_size, repeats=args.repeats
+        )
     logger.info("2. scaling: small vs large table, with and without the partial indexes")
     scaling = measure_scaling(
-        base_url, names, names["run"], batch_size=args.batch_size, repeats=args.repeats, throughput_jobs=jobs
+        base_url, names, names["run"], batch_size=args.batch_size, repeats=args.repeats,
+        throughput_jobs=throughput["backlog_large"].jobs,
     )
 
     # The job at each pause and pause factor (the first factor is the live-read target's), then the floor: what
@@ -323,18 +352,20 @@ def measure(base_url: str, names: dict[str, str], args) -> Results:
         reads_per_second=args.reads_per_second, upserts_per_second=args.upserts_per_second,
         restores_per_second=args.restores_per_second, idle_seconds=args.idle_seconds,
     )
-    live = []
-    for purge in live_purges:
-        logger.info("3./5. live traffic, %s", purge.label)
-        live.append(measure_live_traffic(
-            base_url, names["backlog_large"], names["run"], purge=purge, load=load, rounds=args.live_rounds
-        ))
-    peers = []
-    for purge in peer_purges(batch_size):
-        logger.info("6. peers under live traffic, %s", purge.label)
-        peers.append(measure_live_traffic(
-            base_url, names["backlog_large"], names["run"], purge=purge, load=load, rounds=args.peer_rounds
-        ))
+    logger.info("3./5. live traffic")
+    live = measure_live_traffic(
+        base_url, names["backlog_large"], names["run"], purges=live_purges, load=load, rounds=args.live_rounds
+    )
+    logger.info("6. peers under live traffic")
+    purges = peer_purges(batch_size)
+    peers = dict(zip(purges, measure_live_traffic(
+        base_url, names["peers"], names["run"], purges=list(purges.values()), load=load, rounds=args.peer_rounds
+    )))
+    logger.info("6. what the one-shot buys")
+    one_shot_study = [
+        timed_run(worker, create_database(base_url, names["run"], template=names["peers"]), label, *options)
+        for label, (worker, *options) in ONE_SHOT_STUDY
+    ]
 
     logger.info("4. peak RSS of the command")
     rss = []
@@ -348,7 +379,8 @@ def measure(base_url: str, names: dict[str, str], args) -> Results:
         AdminPage(label, path, seconds)
         for label, path, seconds in run_worker("admin", url, "--repeats", str(args.admin_repeats))["pages"]
     ]
+    logger.info("done")
     return Results(
-        sizes=sizes, backlogs=backlogs, jobs=jobs, floors=floors, scaling=scaling, live=live, unmeasured=unmeasured,
-        peers=peers, rss=rss, admin_pages=admin_pages,
+        sizes=sizes, backlogs=backlogs, throughput=throughput, scaling=scaling, live=live, unmeasured=unmeasured,
+        peers=peers, one_shot_study=one_shot_study, rss=rss, admin_pages=admin_pages,
     )

@@ -36,7 +36,12 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--large-cards", type=int, default=10_000_000, help="property objects of the large catalog")
     parser.add_argument("--backlogs", type=int, nargs=2, default=(20_000, 200_000), metavar=("SMALL", "LARGE"),
                         help="cards the short memory run deletes; overdue property objects of the large backlog "
-                             "(1, 3-6)")
+                             "(1, 3-5)")
+    parser.add_argument("--small-throughput-cards", type=int, default=300_000,
+                        help="property objects of the small throughput catalog (1)")
+    parser.add_argument("--small-throughput-backlog", type=int, default=60_000, help="its overdue property objects")
+    parser.add_argument("--peer-cards", type=int, default=2_000_000, help="property objects of the peers catalog (6)")
+    parser.add_argument("--peer-backlog", type=int, default=400_000, help="its overdue property objects")
     parser.add_argument("--batch-size", type=int, default=2000)
     parser.add_argument("--repeats", type=int, default=3, help="runs per measurement in 1 and 2")
     parser.add_argument("--pauses-ms", type=int, nargs="+", default=(0,),
@@ -45,7 +50,7 @@ def parse_args() -> argparse.Namespace:
                         help="--batch-pause-factor values for 5, where purge_delisted has the option; the first "
                              "one is the live-read target's (else the first pause)")
     parser.add_argument("--live-rounds", type=int, default=4, help="rounds per purge in 3 and 5")
-    parser.add_argument("--peer-rounds", type=int, default=2, help="rounds per peer in 6")
+    parser.add_argument("--peer-rounds", type=int, default=2, help="rounds per purge in 6")
     # 3,200 reads at 400/s: with 4 s (1,600) a round's idle p99 alone moved by ±20 % between rounds.
     parser.add_argument("--idle-seconds", type=float, default=8.0, help="the load alone before each purge")
     parser.add_argument("--reads-per-second", type=int, default=400)
@@ -67,7 +72,7 @@ def main() -> int:
     logger.setLevel(logging.INFO)
     started = time.monotonic()
     prefix = args.prefix or f"bench_{urlsplit(args.database_url).path.lstrip('/')}"
-    templates = ("small", "large", "backlog_large", "admin")
+    templates = ("small", "large", "backlog_large", "backlog_small", "peers", "admin")
     names = {kind: f"{prefix}_{kind}" for kind in (*templates, "run")}
     try:
         results = measure(args.database_url, names, args)

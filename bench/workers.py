@@ -16,10 +16,13 @@ import random
 import signal
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 
 import django
 import psycopg
+from psycopg import sql
 
 RETENTION = timedelta(days=30)
 # The benchmark drains the whole backlog in one run: the per-run limits are not what it measures.
@@ -28,9 +31,10 @@ UNLIMITED_DURATION = timedelta(hours=1)
 TRAFFIC_SAMPLE_IDS = 2000
 TRAFFIC_MAX_SECONDS = 300
 
+# {cards_of_batch} picks the cards to delete from the locked batch: FLOOR_DELETE_BY. A LIMIT of NULL is no limit.
 FLOOR_PROPERTY_OBJECTS = """
     WITH batch AS (
-        SELECT id FROM catalog.property_object_cards
+        SELECT id, ctid FROM catalog.property_object_cards
          WHERE status = 'Delisted' AND updated_at < %(cutoff)s
          ORDER BY updated_at, id LIMIT %(batch_size)s
            FOR UPDATE SKIP LOCKED
@@ -38,8 +42,14 @@ FLOOR_PROPERTY_OBJECTS = """
         DELETE FROM catalog.property_object_display_overrides
          WHERE property_object_id IN (SELECT id FROM batch)
     )
-    DELETE FROM catalog.property_object_cards WHERE id IN (SELECT id FROM batch)
+    DELETE FROM catalog.property_object_cards WHERE {cards_of_batch}
 """
+# The floor's own `id IN`, or the locked rows' addresses: a TID scan, which visits them in physical (ctid) order.
+# A row locked FOR UPDATE keeps its ctid until the statement ends.
+FLOOR_DELETE_BY = {
+    "id": "id IN (SELECT id FROM batch)",
+    "ctid": "ctid = ANY(ARRAY(SELECT ctid FROM batch))",
+}
 FLOOR_PROJECTS = """
     WITH batch AS (
         SELECT id FROM catalog.project_cards AS project
@@ -63,14 +73,18 @@ def setup_django(database_url: str) -> None:
 def timed_job(*, database_url: str, batch_size: int, batch_pause_ms: int, max_batches: int) -> dict:
     """purge_delisted_cards in this process, timing each batch from the service's own hooks: the stop request is
     asked right before a batch (after the pause), `on_batch` is told right after the batch committed. The pause
-    factor, if any, comes from DELISTED_RETENTION_BATCH_PAUSE_FACTOR in the environment."""
+    factor, if any, comes from DELISTED_RETENTION_BATCH_PAUSE_FACTOR in the environment.
+
+    Every transaction of the run (the counts, the orphan sweep, the batches) is a `Run.transaction`: each one is
+    timed from entering it to leaving it, so `longest_transaction` bounds every row lock the run held."""
     setup_django(database_url)
     # Need the app registry that setup_django filled.
     from retention.limits import PurgeLimits
-    from retention.service import StopRequest, purge_delisted_cards
+    from retention.service import Run, StopRequest, purge_delisted_cards
 
     asked_at: list[float] = []
     batch_seconds: list[float] = []
+    transaction_seconds: list[float] = []
 
     class TimedStop(StopRequest):
         @property
@@ -81,6 +95,18 @@ def timed_job(*, database_url: str, batch_size: int, batch_pause_ms: int, max_ba
     def after_batch(deleted_cards: int) -> None:
         batch_seconds.append(time.monotonic() - asked_at[-1])
 
+    untimed_transaction = Run.transaction
+
+    @contextmanager
+    def timed_transaction(run, **options) -> Iterator:
+        started = time.monotonic()
+        try:
+            with untimed_transaction(run, **options) as cursor:
+                yield cursor
+        finally:
+            transaction_seconds.append(time.monotonic() - started)
+
+    Run.transaction = timed_transaction
     limits = PurgeLimits.from_settings().replace(
         retention=RETENTION, batch_size=batch_size, max_batches=max_batches, max_duration=UNLIMITED_DURATION,
         batch_pause=timedelta(milliseconds=batch_pause_ms),
@@ -93,27 +119,36 @@ def timed_job(*, database_url: str, batch_size: int, batch_pause_ms: int, max_ba
         "finished": finished,
         "deleted_cards": result.deleted_property_object_cards + result.deleted_project_cards,
         "batch_seconds": batch_seconds,
+        "longest_transaction": max(transaction_seconds),
     }
 
 
-def timed_floor(*, database_url: str, batch_size: int) -> dict:
+def timed_floor(*, database_url: str, batch_size: int | None, delete_by: str = "id") -> dict:
     """The fastest batched delete: one autocommitted statement per batch, same predicate, order and batch size,
-    both phases, from a plain psycopg connection."""
+    both phases, from a plain psycopg connection. `batch_size` None deletes each phase in one statement;
+    `delete_by` (FLOOR_DELETE_BY) is how the property-object statement finds the batch's cards."""
     batch_seconds: list[float] = []
+    statement_seconds: list[float] = []
     deleted_cards = 0
+    property_objects = sql.SQL(FLOOR_PROPERTY_OBJECTS).format(cards_of_batch=sql.SQL(FLOOR_DELETE_BY[delete_by]))
     with psycopg.connect(database_url, autocommit=True) as connection:
         started = time.monotonic()
         cutoff = connection.execute("SELECT now() - %s", [RETENTION]).fetchone()[0]
-        for statement in (FLOOR_PROPERTY_OBJECTS, FLOOR_PROJECTS):
-            deleted = batch_size
-            while deleted == batch_size:
-                batch_started = time.monotonic()
+        for statement in (property_objects, FLOOR_PROJECTS):
+            while True:
+                statement_started = time.monotonic()
                 deleted = connection.execute(statement, {"cutoff": cutoff, "batch_size": batch_size}).rowcount
+                statement_seconds.append(time.monotonic() - statement_started)
                 if deleted:
-                    batch_seconds.append(time.monotonic() - batch_started)
+                    batch_seconds.append(statement_seconds[-1])
                     deleted_cards += deleted
+                if batch_size is None or deleted < batch_size:
+                    break
         finished = time.monotonic()
-    return {"started": started, "finished": finished, "deleted_cards": deleted_cards, "batch_seconds": batch_seconds}
+    return {
+        "started": started, "finished": finished, "deleted_cards": deleted_cards, "batch_seconds": batch_seconds,
+        "longest_transaction": max(statement_seconds),
+    }
 
 
 def paced_until_stopped(per_second: float):
@@ -239,11 +274,17 @@ def admin_pages(*, database_url: str, repeats: int) -> dict:
 PEERS = ("naive", "oneshot", "sentry")
 
 
+def batch_size_option(value: str) -> int | None:
+    return None if value == "all" else int(value)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("worker", choices=("job", "floor", *PEERS, "traffic", "restore", "admin"))
     parser.add_argument("--database-url", required=True)
-    parser.add_argument("--batch-size", type=int, default=2000)
+    parser.add_argument("--batch-size", type=batch_size_option, default=2000,
+                        help="floor: `all` for one statement a phase")
+    parser.add_argument("--delete-by", choices=FLOOR_DELETE_BY, default="id", help="floor: FLOOR_DELETE_BY")
     parser.add_argument("--batch-pause-ms", type=int, default=0)
     parser.add_argument("--max-batches", type=int, default=UNLIMITED_BATCHES, help="job: stop after this many")
     parser.add_argument("--reads-per-second", type=int, default=400)
@@ -257,7 +298,7 @@ def main() -> None:
             max_batches=args.max_batches,
         )
     elif args.worker == "floor":
-        outcome = timed_floor(database_url=args.database_url, batch_size=args.batch_size)
+        outcome = timed_floor(database_url=args.database_url, batch_size=args.batch_size, delete_by=args.delete_by)
     elif args.worker in PEERS:
         setup_django(args.database_url)
         from bench import peers  # needs the app registry that setup_django filled
