@@ -13,7 +13,7 @@ statement.
 
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import date, datetime, timedelta
 
 from django.db import connections
@@ -26,17 +26,22 @@ from retention.phases import HELD_BACK
 # long whatever the backlog (one statement over 500k entries took 0.2 s at 2M cards, docs/benchmark-findings.md).
 COUNT_CHUNK = 100_000
 HELD_BACK_CHUNK = 2_000
-# A chunk ends at the `chunk`-th entry after the last chunk's end (`boundary`, found by an index-only skip) and takes
-# every card sharing that entry's moment, so that a cascade's cards never straddle two chunks; the last chunk is
-# the one with no boundary. Each row: the entries, the second count, the first and the last moment, whether it was
-# the last chunk.
+KINDS = {"property_object_cards": "property_objects", "project_cards": "projects"}  # table: Backlog field
+# A chunk ends at `until`, else at the `chunk`-th entry after the last chunk's end (`boundary`, found by an index-only
+# skip), and takes every card sharing that entry's moment, so that a cascade's cards never straddle two chunks; the
+# last chunk is the one with no boundary. An end count passes `until`, the ends of the start count's chunks: a skip
+# counts only the entries still there, and would read every entry of the cards the run deleted in one statement.
+# Each row: the entries, the second count, the first and the last moment, whether it was the last chunk.
 CHUNK_OF = """
 WITH boundary AS (
-    SELECT updated_at FROM catalog.{cards}
-     WHERE {entries} AND updated_at > %(after)s
-     ORDER BY updated_at OFFSET %(chunk)s - 1 LIMIT 1
+    SELECT coalesce(%(until)s::timestamptz, (
+        SELECT updated_at FROM catalog.{cards}
+         WHERE {entries} AND updated_at > %(after)s
+         ORDER BY updated_at OFFSET %(chunk)s - 1 LIMIT 1
+    )) AS updated_at
 )
-SELECT count(*), count(*) FILTER (WHERE {second}), min(updated_at), max(updated_at), NOT EXISTS (SELECT FROM boundary)
+SELECT count(*), count(*) FILTER (WHERE {second}), min(updated_at), (SELECT updated_at FROM boundary),
+       (SELECT updated_at FROM boundary) IS NULL
   FROM catalog.{cards} AS card
  WHERE {entries} AND updated_at > %(after)s AND updated_at <= coalesce((SELECT updated_at FROM boundary), 'infinity')
 """
@@ -77,6 +82,8 @@ class KindBacklog:
     oldest_delisted_at: datetime | None
     # Overdue, but kept while a property-object card of theirs remains (projects only; None: not counted).
     held_back: int | None = 0
+    # Where the chunks of this count ended (`count_in_chunks`): an end count at the same cutoff chunks at them.
+    chunk_ends: tuple[datetime, ...] = field(default=(), compare=False, repr=False)
 
     @property
     def within_window(self) -> int:
@@ -132,39 +139,45 @@ def measure_backlog(
     deletes none of the former, and recounting them is the end count's main cost: their index entries sit on heap
     pages the run's deletes just took out of the visibility map. Cards delisted or restored within the window
     meanwhile show in the next count. The measurements behind both: docs/benchmark-findings.md."""
+    if within_window_from is not None and within_window_from.cutoff != cutoff:
+        raise ValueError("within_window_from was counted at another cutoff")
     params = {"cutoff": cutoff, "count_within_window": within_window_from is None}
     read = transaction or plain_cursor(using)
-    objects_counted, objects_overdue, objects_oldest = count_in_chunks(
-        read, COUNT_DELISTED.format(cards="property_object_cards"), params, COUNT_CHUNK,
+    kinds = {}
+    for cards in ("property_object_cards", "project_cards"):
+        start = within_window_from and getattr(within_window_from, KINDS[cards])
+        kinds[cards] = count_in_chunks(
+            read, COUNT_DELISTED.format(cards=cards), params, COUNT_CHUNK,
+            until=[end for end in start.chunk_ends if end < cutoff] if start else [],
+        )
+        if start:
+            kinds[cards] = kinds[cards].plus_delisted(start.within_window)
+    held_back = count_in_chunks(read, COUNT_HELD_BACK, params, HELD_BACK_CHUNK).overdue if count_held_back else None
+    return Backlog(
+        cutoff=cutoff, property_objects=kinds["property_object_cards"],
+        projects=replace(kinds["project_cards"], held_back=held_back),
     )
-    projects = count_in_chunks(read, COUNT_DELISTED.format(cards="project_cards"), params, COUNT_CHUNK)
-    held_back = count_in_chunks(read, COUNT_HELD_BACK, params, HELD_BACK_CHUNK)[1] if count_held_back else None
-    property_objects = KindBacklog(objects_counted, objects_overdue, objects_oldest)
-    projects = KindBacklog(*projects, held_back=held_back)
-    if within_window_from is not None:
-        if within_window_from.cutoff != cutoff:
-            raise ValueError("within_window_from was counted at another cutoff")
-        property_objects = property_objects.plus_delisted(within_window_from.property_objects.within_window)
-        projects = projects.plus_delisted(within_window_from.projects.within_window)
-    return Backlog(cutoff=cutoff, property_objects=property_objects, projects=projects)
 
 
 def count_in_chunks(
-    read: Callable[[], AbstractContextManager], statement: str, params: dict, chunk: int
-) -> tuple[int, int, datetime | None]:
-    """Sum `statement`'s chunks, each read on its own (`read()`), up to the last: the entries, the second count,
-    the earliest moment."""
-    after, earliest, entries, second = "-infinity", None, 0, 0
+    read: Callable[[], AbstractContextManager], statement: str, params: dict, chunk: int, until: list[datetime] = (),
+) -> KindBacklog:
+    """Sum `statement`'s chunks, each read on its own (`read()`), the first ones ending at `until`, up to the last:
+    its entries, the second count (overdue or held back), the earliest moment, where the chunks ended."""
+    after, earliest, entries, second, ends = "-infinity", None, 0, 0, []
     while True:
         with read() as cursor:
-            cursor.execute(statement, {**params, "after": after, "chunk": chunk})
-            chunk_entries, chunk_second, first, last, is_last = cursor.fetchone()
+            cursor.execute(statement, {
+                **params, "after": after, "chunk": chunk, "until": until[len(ends)] if len(ends) < len(until) else None,
+            })
+            chunk_entries, chunk_second, first, end, is_last = cursor.fetchone()
         earliest = earliest or first
         entries += chunk_entries
         second += chunk_second
         if is_last:
-            return entries, second, earliest
-        after = last
+            return KindBacklog(entries, second, earliest, chunk_ends=tuple(ends))
+        ends.append(end)
+        after = end
 
 
 @dataclass(frozen=True)

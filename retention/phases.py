@@ -25,9 +25,9 @@ OBJECT_TAKEN = """po.status = 'Delisted' AND po.updated_at < %(cutoff)s
 HELD_BACK_AFTER_TAKEN = HELD_BACK_BY.format(left=f"NOT ({OBJECT_TAKEN})")
 
 
-# Overrides an orphan scan reads per statement: probing each one's card by key keeps a chunk at a few ms
-# (docs/benchmark-findings.md).
-ORPHAN_SCAN_CHUNK = 1000
+# Rows a candidate scan reads per statement: probing each one's card, or a project's objects, by key keeps a chunk
+# at a few ms (docs/benchmark-findings.md).
+SCAN_CHUNK = 1000
 
 
 @dataclass(frozen=True)
@@ -37,7 +37,11 @@ class Phase:
     `batch_sql` is a batch on the happy path, one statement: lock the batch FOR UPDATE SKIP LOCKED, delete it and
     its overrides, return the counts and the session it ran on. Only a batch that failed for a data reason is
     redone in parts, with `lock_sql` (its ids and row addresses) and `delete_sql` (a part, by row address).
-    `scan_sql` (the orphan phases) finds the candidates a batch takes, outside any row-locking transaction."""
+    `scan_sql` (projects, orphans) finds the candidates the batches take, in chunks of SCAN_CHUNK, outside any
+    row-locking transaction: the probes that tell a candidate run there, and a batch re-checks only the candidates
+    it locks. Its parameters: after_at and after_id (where the previous chunk ended; `scan_from`, before every
+    row, at first), chunk, cutoff, orphan_sweep_window; its row: rows read, the candidates' ids (array text), the
+    last row's key."""
 
     name: str
     lock_sql: str
@@ -46,16 +50,17 @@ class Phase:
     deleted_overrides: str  # the PurgeResult field its overrides count into
     deleted_cards: str | None  # the PurgeResult field its cards count into; None: it deletes overrides only
     scan_sql: str | None = None
+    scan_from: tuple | None = None
 
 
 # The statements of a phase are built from two parts: `select_batch`, the SELECT of a batch's rows (id, ctid) with
 # its ORDER BY and LIMIT, and `delete`, the DELETE ... RETURNING of the rows at {row_addresses} with their
 # overrides ({ids}: theirs), ending in the CTE `deleted_overrides` and (card phases) `deleted_cards`. Parameters: cutoff,
-# batch_size, only_ids (NULL, or the ids a batch is limited to: a failed batch being redone, an orphan scan's
-# candidates), skipped_ids (culprits of this run). The row addresses (`ctid`) of locked rows cannot change while
+# batch_size, only_ids (NULL, or the ids a batch is limited to: a scan's candidates, the batch a culprit search
+# redoes), skipped_ids (culprits of this run). The row addresses (`ctid`) of locked rows cannot change while
 # this transaction holds their row locks: no UPDATE or DELETE can touch them, and VACUUM never moves a live row.
 def phase(name: str, *, select_batch: str, delete: str, deleted_cards: str | None, deleted_overrides: str,
-          scan_sql: str | None = None) -> Phase:
+          scan_sql: str | None = None, scan_from: tuple | None = None) -> Phase:
     counts = "(SELECT count(*) FROM deleted_cards)" if deleted_cards else "0"
     return Phase(
         name=name,
@@ -78,6 +83,7 @@ def phase(name: str, *, select_batch: str, delete: str, deleted_cards: str | Non
         deleted_cards=deleted_cards,
         deleted_overrides=deleted_overrides,
         scan_sql=scan_sql,
+        scan_from=scan_from,
     )
 
 
@@ -111,8 +117,27 @@ PROPERTY_OBJECTS = phase(
 # its project FOR KEY SHARE, so once the project is locked no object can appear under it, and the function's fresh
 # snapshot sees any that was committed before, even after this statement began (its argument, the batch's ids,
 # is complete only once every row of the batch is locked).
+# The first look at the overdue projects after the objects phase is the slow one (each probe passes over the index
+# entries of the objects just deleted: 83-155 ms for 4,763 projects at 2M cards, docs/benchmark-findings.md): the
+# scan takes it, in chunks, outside the batches' row locks.
 PROJECTS = phase(
     "projects",
+    scan_sql=f"""
+        WITH chunk AS (
+            SELECT updated_at, id FROM catalog.project_cards
+             WHERE status = 'Delisted' AND updated_at < %(cutoff)s
+               AND (updated_at, id) > (%(after_at)s::timestamptz, %(after_id)s::uuid)
+             ORDER BY updated_at, id
+             LIMIT %(chunk)s
+        ), last AS (
+            SELECT updated_at, id FROM chunk ORDER BY updated_at DESC, id DESC LIMIT 1
+        )
+        SELECT (SELECT count(*) FROM chunk),
+               (SELECT array_agg(card.id ORDER BY card.updated_at, card.id)::text FROM chunk AS card
+                 WHERE NOT {HELD_BACK}),
+               (SELECT updated_at FROM last), (SELECT id FROM last)
+    """,
+    scan_from=("-infinity", "00000000-0000-0000-0000-000000000000"),
     select_batch=f"""
         SELECT id, ctid FROM catalog.project_cards AS card
          WHERE status = 'Delisted' AND updated_at < %(cutoff)s
@@ -144,11 +169,9 @@ PROJECTS = phase(
 # FOR KEY SHARE and refuses a gone one. The job's own batches delete a card's overrides with it. Only overrides
 # written within orphan_sweep_window are looked at (an orphan is written while or after its card is deleted; older
 # orphans: one run with a wide --orphan-sweep-days), and never in one statement: `scan_sql` reads them in chunks of
-# ORPHAN_SCAN_CHUNK in (created_at, id) order through the (created_at, id) index, outside any row-locking
+# SCAN_CHUNK in (created_at, id) order through the (created_at, id) index, outside any row-locking
 # transaction, probing each one's card by its key (a LATERAL ... LIMIT 1 cannot become a hash join, which would
 # read every card), and a batch then takes the candidates it found by id and checks them again under its locks.
-# Parameters of the scan: orphan_sweep_window, after_created_at and after_id (where the previous chunk ended),
-# chunk (ORPHAN_SCAN_CHUNK).
 def orphan_phase(name: str, *, overrides: str, cards: str, card_key: str, deleted_overrides: str) -> Phase:
     card_is_gone = f"NOT EXISTS (SELECT FROM catalog.{cards} AS card WHERE card.id = override.{card_key})"
     return phase(
@@ -157,7 +180,7 @@ def orphan_phase(name: str, *, overrides: str, cards: str, card_key: str, delete
             WITH chunk AS (
                 SELECT id, created_at, {card_key} AS card_id FROM catalog.{overrides}
                  WHERE created_at >= now() - %(orphan_sweep_window)s
-                   AND (created_at, id) > (%(after_created_at)s::timestamptz, %(after_id)s::bigint)
+                   AND (created_at, id) > (%(after_at)s::timestamptz, %(after_id)s::bigint)
                  ORDER BY created_at, id
                  LIMIT %(chunk)s
             ), last AS (
@@ -187,6 +210,7 @@ def orphan_phase(name: str, *, overrides: str, cards: str, card_key: str, delete
         """,
         deleted_cards=None,
         deleted_overrides=deleted_overrides,
+        scan_from=("-infinity", 0),
     )
 
 

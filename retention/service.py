@@ -5,24 +5,28 @@ Deletion is irreversible, so the safety design is explicit:
 * Only rows matching the predicate `status = 'Delisted' AND updated_at < cutoff` are ever selected, and the
   DELETE repeats that predicate as a guard. `cutoff` is computed once per run from the database clock. A
   Delisted row is frozen (INV-7, INV-5), so `updated_at` is the moment it was delisted.
-* Every batch is one transaction: it locks its cards `FOR UPDATE SKIP LOCKED`, then deletes the cards and
-  their display overrides (live and soft-deleted) in one statement. A failing batch rolls back whole; earlier
-  batches stay committed; the next run resumes from the data (no checkpoint, no audit, no outbox rows).
+* Every batch is one transaction of one statement: it locks its cards `FOR UPDATE SKIP LOCKED`, deletes them and
+  their display overrides (live and soft-deleted), and returns the counts. A failing batch rolls back whole;
+  earlier batches stay committed; the next run resumes from the data (no checkpoint, no audit, no outbox rows).
 * The DELETE finds the locked rows by their row address (`ctid`), which cannot change while this transaction
   holds their row locks: no UPDATE or DELETE can touch them, and VACUUM never moves a live row.
 * Property objects go first, projects second. A project that still has any property-object card is never
-  selected, and the project DELETE re-checks that in a new statement, after its rows are locked: an object upsert
-  holds its project `FOR KEY SHARE`, so once the project is locked no object can appear under it, and any that
-  appeared before is visible to the re-check. No property object is left dangling. Last, the job sweeps display
-  overrides whose card is gone (written by a writer that did not follow catalog.operations' protocol).
+  selected, and the project DELETE re-checks that after its rows are locked, with a fresh snapshot
+  (retention.phases, PROJECTS): an object upsert holds its project `FOR KEY SHARE`, so once the project is locked
+  no object can appear under it, and any that appeared before is visible to the re-check. No property object is
+  left dangling. First of all, the job sweeps display overrides whose card is gone (written by a writer that did
+  not follow catalog.operations' protocol), scanning the recent ones in chunks outside any row-locking
+  transaction.
 * A source upsert that holds a row lock wins: SKIP LOCKED passes over the row, and once restored the row no
   longer matches the predicate. If the job locks first, the card is deleted and the upsert creates a fresh one.
-* The run holds the advisory lock on its own session, and each batch checks in its first statement that it runs on
-  that session (retention.locks): behind a transaction-pooling PgBouncer the job refuses instead of overlapping.
+* The run holds the advisory lock on its own session, and each batch statement returns the session it ran on, which
+  is checked before it commits (retention.locks): behind a transaction-pooling PgBouncer the job refuses instead of
+  overlapping.
 * Between batches it pauses (fixed, and/or a factor of the last batch's time), and with max_replica_lag set it waits
   for the streaming standbys to catch up, stopping with `replica_lag` when they stay behind.
-* Every statement runs under lock_timeout and a statement_timeout no longer than what is left of the run, and a
-  stop request (SIGTERM) cancels the statement in flight.
+* Every statement runs under lock_timeout and a statement_timeout no longer than what is left of the run (settings
+  of the session, set once), a stop request (SIGTERM) cancels the statement in flight, and the run's deadline the
+  batch in flight, COMMIT included.
 * A batch that fails for a data reason (a trigger raising, a constraint) is redone in one transaction, split in
   halves under savepoints until the culprit cards are isolated: the rest is deleted, the culprits are skipped by the
   run's later batches, counted, listed up to CULPRITS_LISTED, and the run counts as failed. Two consecutive batches
@@ -61,7 +65,7 @@ from retention.locks import (
 )
 from retention.metrics import RunMetrics
 from retention.pacing import ReplicaLagHidden, wait_for_replicas
-from retention.phases import CARD_PHASES, ORPHAN_SCAN_CHUNK, PHASES, PROJECTS, PROPERTY_OBJECTS, Phase
+from retention.phases import CARD_PHASES, PHASES, PROJECTS, PROPERTY_OBJECTS, SCAN_CHUNK, Phase
 from retention.preview import preview_purge
 from retention.results import Culprit, PurgeFailed, PurgeResult, StopReason
 
@@ -223,7 +227,7 @@ class BatchOutcome:
 
 class BatchRefused(Exception):
     """A batch failed because of its rows: redo it in parts to find the culprits. `only_ids`: the ids it was
-    limited to (an orphan scan's candidates), or None."""
+    limited to (a scan's candidates), or None."""
 
     def __init__(self, error: DatabaseError, only_ids: list[str] | None):
         super().__init__(str(error))
@@ -476,16 +480,16 @@ def run_phases(run: Run, on_batch: Callable[[int], None]) -> None:
     """Every phase in turn until it runs dry; StopRun ends the loop between batches (or cancels the one in flight)."""
     last_batch_seconds = None
     for phase in PHASES:
-        orphans = OrphanScan(phase) if phase.scan_sql else None
+        scan = CandidateScan(phase) if phase.scan_sql else None
         while True:
             if last_batch_seconds is not None:
                 run.stop.sleep(run.limits.batch_pause.total_seconds()
                                + run.limits.batch_pause_factor * last_batch_seconds)
             run.stop_if_due()
             wait_for_replicas_if_asked(run)
-            only_ids = orphans.next_candidates(run) if orphans else None
+            only_ids = scan.next_candidates(run) if scan else None
             if only_ids == []:
-                break  # the orphan scan reached the end of the window
+                break  # the scan found no candidate left
             started = time.monotonic()
             try:
                 outcome = delete_batch(run, phase, only_ids)
@@ -498,33 +502,38 @@ def run_phases(run: Run, on_batch: Callable[[int], None]) -> None:
             last_batch_seconds = time.monotonic() - started if outcome.selected else None
             if outcome.selected:
                 on_batch(outcome.deleted_cards)
-            if not orphans and outcome.selected < run.limits.batch_size:
+            if scan.done if scan else outcome.selected < run.limits.batch_size:
                 break  # this phase ran dry
 
 
 @dataclass
-class OrphanScan:
-    """Where an orphan phase's scan of the overrides written within the window has got to, and the candidates it
-    found that no batch has taken yet."""
+class CandidateScan:
+    """How far a phase's scan for candidates (retention.phases, `scan_sql`) has got, and the candidates it found that
+    no batch has taken yet."""
 
     phase: Phase
-    after: tuple = ("-infinity", 0)  # (created_at, id) of the last override scanned
+    after: tuple = ()  # the key of the last row scanned
     exhausted: bool = False
     candidates: list[str] = field(default_factory=list)
 
+    @property
+    def done(self) -> bool:
+        return self.exhausted and not self.candidates
+
     def next_candidates(self, run: Run) -> list[str]:
         """Up to a batch of candidates, scanning on in chunks (each its own short transaction, no row locks) until
-        it has a batch or reaches the end of the window; [] when no candidate is left."""
+        it has a batch or has read every row; [] when no candidate is left."""
         while not self.exhausted and len(self.candidates) < run.limits.batch_size:
             run.stop_if_due()
+            after_at, after_id = self.after or self.phase.scan_from
             with run.transaction() as cursor:
                 cursor.execute(self.phase.scan_sql, {
-                    "orphan_sweep_window": run.limits.orphan_sweep_window, "after_created_at": self.after[0],
-                    "after_id": self.after[1], "chunk": ORPHAN_SCAN_CHUNK,
+                    "after_at": after_at, "after_id": after_id,
+                    "chunk": SCAN_CHUNK, "cutoff": run.cutoff, "orphan_sweep_window": run.limits.orphan_sweep_window,
                 })
-                scanned, orphans, *last = cursor.fetchone()
-            self.candidates += parse_array(orphans) if orphans else []
-            self.exhausted = scanned < ORPHAN_SCAN_CHUNK
+                scanned, found, *last = cursor.fetchone()
+            self.candidates += parse_array(found) if found else []
+            self.exhausted = scanned < SCAN_CHUNK
             self.after = tuple(last)
         batch, self.candidates = self.candidates[:run.limits.batch_size], self.candidates[run.limits.batch_size:]
         return batch

@@ -64,6 +64,12 @@ def test_a_count_in_many_chunks_equals_the_count_in_one(monkeypatch, chunk):
 
     assert in_chunks == in_one
     assert (in_one.property_objects.delisted, in_one.projects.overdue, in_one.projects.held_back) == (11, 6, 4)
+    # The end count chunks where the start count's chunks ended, over the cards the run deleted meanwhile.
+    PropertyObjectCard.objects.filter(status=CardStatus.DELISTED, updated_at=LONG_AGO).first().delete()
+    at_end = measure_backlog(cutoff=CUTOFF, within_window_from=in_chunks)
+    monkeypatch.setattr(backlog, "COUNT_CHUNK", 1000)
+    assert at_end == measure_backlog(cutoff=CUTOFF, within_window_from=in_one)
+    assert (at_end.property_objects.delisted, at_end.property_objects.overdue) == (10, 8)
 
 
 def test_the_end_count_recounts_the_overdue_cards_and_takes_those_within_the_window_from_the_start():

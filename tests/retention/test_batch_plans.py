@@ -12,7 +12,7 @@ from django.db import connection
 from catalog.demo_data import seed_demo_data
 from retention.backlog import COUNT_CHUNK, COUNT_DELISTED, measure_backlog
 from retention.phases import (
-    ORPHAN_BUILDING_OVERRIDES, ORPHAN_OBJECT_OVERRIDES, ORPHAN_SCAN_CHUNK, PROJECTS, PROPERTY_OBJECTS,
+    ORPHAN_BUILDING_OVERRIDES, ORPHAN_OBJECT_OVERRIDES, SCAN_CHUNK, PROJECTS, PROPERTY_OBJECTS,
 )
 
 pytestmark = pytest.mark.django_db
@@ -93,22 +93,22 @@ def every_override_recent(demo_catalog):
 def test_an_orphan_scan_chunk_reads_its_overrides_by_index_and_probes_each_card_by_key(
     every_override_recent, phase, overrides, card_table, created_at_index, card_key_index
 ):
-    params = {"orphan_sweep_window": timedelta(days=7), "after_created_at": "-infinity", "after_id": 0,
-              "chunk": ORPHAN_SCAN_CHUNK}
+    params = {"orphan_sweep_window": timedelta(days=7), "after_at": "-infinity", "after_id": 0,
+              "chunk": SCAN_CHUNK}
     nodes = plan_nodes(phase.scan_sql, params, analyze=True)
     with connection.cursor() as cursor:
         cursor.execute(f"SELECT count(*) FROM catalog.{overrides}")
         (recent,) = cursor.fetchone()
 
     assert recent > 500
-    if recent > ORPHAN_SCAN_CHUNK:  # a table smaller than one chunk is read whole, and rightly so
+    if recent > SCAN_CHUNK:  # a table smaller than one chunk is read whole, and rightly so
         assert any(node.get("Index Name") == created_at_index for node in nodes), nodes
     assert not any(node["Node Type"] in ("Seq Scan", "Bitmap Heap Scan") and node.get("Relation Name") == card_table
                    for node in nodes), nodes
     assert not any(node["Node Type"] == "Hash" for node in nodes), nodes
     # One probe of the card key per override of the chunk: the cost of a chunk is its overrides, not the cards.
     probes = [node for node in nodes if node.get("Index Name") == card_key_index]
-    assert [node["Actual Loops"] for node in probes] == [min(recent, ORPHAN_SCAN_CHUNK)], probes
+    assert [node["Actual Loops"] for node in probes] == [min(recent, SCAN_CHUNK)], probes
 
 
 def rows_read_from(index: str, nodes: list[dict]) -> int:
@@ -119,7 +119,8 @@ def rows_read_from(index: str, nodes: list[dict]) -> int:
 def test_the_end_count_reads_only_the_overdue_entries_of_the_partial_indexes(demo_catalog, count):
     cutoff = database_cutoff()
     backlog = measure_backlog(cutoff=cutoff)
-    params = {"cutoff": cutoff, "count_within_window": count == "start", "after": "-infinity", "chunk": COUNT_CHUNK}
+    params = {"cutoff": cutoff, "count_within_window": count == "start", "after": "-infinity", "chunk": COUNT_CHUNK,
+              "until": None}
 
     read = tuple(
         rows_read_from(f"{cards}_delisted_updated_at_idx",
