@@ -20,30 +20,24 @@ from django.db import connections
 
 from retention.phases import HELD_BACK
 
-# The backlog is counted in chunks, each one statement (and, in a run, one transaction) that reads at most
+# The backlog is counted in chunks, each one statement (and, in a run, one transaction) that reads about
 # COUNT_CHUNK entries of a kind's partial index `(updated_at, id) WHERE status = 'Delisted'`, from where the last
 # chunk ended, or probes the objects of at most HELD_BACK_CHUNK overdue projects: no statement of a count lasts
 # long whatever the backlog (one statement over 500k entries took 0.2 s at 2M cards, docs/benchmark-findings.md).
-COUNT_CHUNK = 100_000
+COUNT_CHUNK = 50_000
 HELD_BACK_CHUNK = 2_000
 KINDS = {"property_object_cards": "property_objects", "project_cards": "projects"}  # table: Backlog field
-# A chunk ends at `until`, else at the `chunk`-th entry after the last chunk's end (`boundary`, found by an index-only
-# skip), and takes every card sharing that entry's moment, so that a cascade's cards never straddle two chunks; the
-# last chunk is the one with no boundary. An end count passes `until`, the ends of the start count's chunks: a skip
-# counts only the entries still there, and would read every entry of the cards the run deleted in one statement.
-# Each row: the entries, the second count, the first and the last moment, whether it was the last chunk.
+# A chunk is the first `chunk` entries after the last chunk's end, and every card sharing the moment of its last
+# one (WITH TIES: a cascade's cards never straddle two chunks), up to `until`. One index-only pass per chunk. An end
+# count passes as `until` the ends of the start count's chunks: the entries of the cards a run deleted are still in
+# the index, and a chunk of "the next 50,000 entries still there" would read all of them in one statement. Each
+# row: the entries, the second count, the first and the last moment.
 CHUNK_OF = """
-WITH boundary AS (
-    SELECT coalesce(%(until)s::timestamptz, (
-        SELECT updated_at FROM catalog.{cards}
-         WHERE {entries} AND updated_at > %(after)s
-         ORDER BY updated_at OFFSET %(chunk)s - 1 LIMIT 1
-    )) AS updated_at
-)
-SELECT count(*), count(*) FILTER (WHERE {second}), min(updated_at), (SELECT updated_at FROM boundary),
-       (SELECT updated_at FROM boundary) IS NULL
-  FROM catalog.{cards} AS card
- WHERE {entries} AND updated_at > %(after)s AND updated_at <= coalesce((SELECT updated_at FROM boundary), 'infinity')
+SELECT count(*), count(*) FILTER (WHERE {second}), min(updated_at), max(updated_at)
+  FROM (SELECT id, updated_at FROM catalog.{cards}
+         WHERE {entries} AND updated_at > %(after)s AND updated_at <= %(until)s
+         ORDER BY updated_at
+         FETCH FIRST %(chunk)s ROWS WITH TIES) AS card
 """
 # A kind's Delisted cards and the overdue among them; with count_within_window false the scan stops at the cutoff,
 # and the entries are the overdue cards alone. The first entry of the index is the oldest Delisted card either way.
@@ -162,22 +156,24 @@ def measure_backlog(
 def count_in_chunks(
     read: Callable[[], AbstractContextManager], statement: str, params: dict, chunk: int, until: list[datetime] = (),
 ) -> KindBacklog:
-    """Sum `statement`'s chunks, each read on its own (`read()`), the first ones ending at `until`, up to the last:
-    its entries, the second count (overdue or held back), the earliest moment, where the chunks ended."""
+    """Sum `statement`'s chunks, each read on its own (`read()`), none past the next of `until`, to the end: its
+    entries, the second count (overdue or held back), the earliest moment, where the chunks ended."""
     after, earliest, entries, second, ends = "-infinity", None, 0, 0, []
+    bounds = [*until, "infinity"]
     while True:
         with read() as cursor:
-            cursor.execute(statement, {
-                **params, "after": after, "chunk": chunk, "until": until[len(ends)] if len(ends) < len(until) else None,
-            })
-            chunk_entries, chunk_second, first, end, is_last = cursor.fetchone()
+            cursor.execute(statement, {**params, "after": after, "until": bounds[0], "chunk": chunk})
+            chunk_entries, chunk_second, first, last = cursor.fetchone()
         earliest = earliest or first
         entries += chunk_entries
         second += chunk_second
-        if is_last:
+        if chunk_entries >= chunk:
+            after = last  # the chunk was full: what is left up to the bound comes next
+        elif len(bounds) > 1:
+            after = bounds.pop(0)
+        else:
             return KindBacklog(entries, second, earliest, chunk_ends=tuple(ends))
-        ends.append(end)
-        after = end
+        ends.append(after)
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ HELD_BACK_AFTER_TAKEN = HELD_BACK_BY.format(left=f"NOT ({OBJECT_TAKEN})")
 
 # Rows a candidate scan reads per statement: probing each one's card, or a project's objects, by key keeps a chunk
 # at a few ms (docs/benchmark-findings.md).
-SCAN_CHUNK = 1000
+SCAN_CHUNK = 500
 
 
 @dataclass(frozen=True)
@@ -87,28 +87,58 @@ def phase(name: str, *, select_batch: str, delete: str, deleted_cards: str | Non
     )
 
 
-PROPERTY_OBJECTS = phase(
-    "property_objects",
-    select_batch="""
-        SELECT id, ctid FROM catalog.property_object_cards
-         WHERE status = 'Delisted' AND updated_at < %(cutoff)s
+def overdue_cards(cards: str, *, held_back: bool = False) -> str:
+    """The SELECT of a batch of overdue cards, oldest first; with `held_back`, none that the rule holds back."""
+    return f"""
+        SELECT id, ctid FROM catalog.{cards} AS card
+         WHERE status = 'Delisted' AND updated_at < %(cutoff)s{f" AND NOT {HELD_BACK}" if held_back else ""}
            AND (%(only_ids)s::uuid[] IS NULL OR id = ANY(%(only_ids)s::uuid[]))
            AND id <> ALL(%(skipped_ids)s::uuid[])
          ORDER BY updated_at, id
          LIMIT %(batch_size)s
-    """,
-    delete="""
+    """
+
+
+def delete_cards(cards: str, *, overrides: str, card_key: str, keep: str = "") -> str:
+    """The DELETE of the cards at {row_addresses}, the predicate repeated as a guard, and of their overrides."""
+    return f"""
         deleted_cards AS (
-            DELETE FROM catalog.property_object_cards AS card
-             WHERE card.ctid = ANY({row_addresses})
-               AND card.status = 'Delisted' AND card.updated_at < %(cutoff)s
+            DELETE FROM catalog.{cards} AS card
+             WHERE card.ctid = ANY({{row_addresses}})
+               AND card.status = 'Delisted' AND card.updated_at < %(cutoff)s{keep}
             RETURNING card.id
         ), deleted_overrides AS (
-            DELETE FROM catalog.property_object_display_overrides
-             WHERE property_object_id IN (SELECT id FROM deleted_cards)
+            DELETE FROM catalog.{overrides}
+             WHERE {card_key} IN (SELECT id FROM deleted_cards)
             RETURNING 1
         )
-    """,
+    """
+
+
+def chunk_scan(*, table: str, columns: str, moment: str, id_type: str, within: str, candidates: str) -> str:
+    """A candidate scan (Phase.scan_sql): the next chunk of `table`'s rows `within`, in (moment, id) order after
+    (after_at, after_id); `candidates`, a FROM ... WHERE over the chunk, picks the ids it returns."""
+    return f"""
+        WITH chunk AS (
+            SELECT {columns} FROM catalog.{table}
+             WHERE {within} AND ({moment}, id) > (%(after_at)s::timestamptz, %(after_id)s::{id_type})
+             ORDER BY {moment}, id
+             LIMIT %(chunk)s
+        ), last AS (
+            SELECT {moment}, id FROM chunk ORDER BY {moment} DESC, id DESC LIMIT 1
+        )
+        SELECT (SELECT count(*) FROM chunk),
+               (SELECT array_agg(id ORDER BY {moment}, id)::text {candidates}),
+               (SELECT {moment} FROM last), (SELECT id FROM last)
+    """
+
+
+PROPERTY_OBJECTS = phase(
+    "property_objects",
+    select_batch=overdue_cards("property_object_cards"),
+    delete=delete_cards(
+        "property_object_cards", overrides="property_object_display_overrides", card_key="property_object_id",
+    ),
     deleted_cards="deleted_property_object_cards",
     deleted_overrides="deleted_property_object_overrides",
 )
@@ -122,46 +152,20 @@ PROPERTY_OBJECTS = phase(
 # scan takes it, in chunks, outside the batches' row locks.
 PROJECTS = phase(
     "projects",
-    scan_sql=f"""
-        WITH chunk AS (
-            SELECT updated_at, id FROM catalog.project_cards
-             WHERE status = 'Delisted' AND updated_at < %(cutoff)s
-               AND (updated_at, id) > (%(after_at)s::timestamptz, %(after_id)s::uuid)
-             ORDER BY updated_at, id
-             LIMIT %(chunk)s
-        ), last AS (
-            SELECT updated_at, id FROM chunk ORDER BY updated_at DESC, id DESC LIMIT 1
-        )
-        SELECT (SELECT count(*) FROM chunk),
-               (SELECT array_agg(card.id ORDER BY card.updated_at, card.id)::text FROM chunk AS card
-                 WHERE NOT {HELD_BACK}),
-               (SELECT updated_at FROM last), (SELECT id FROM last)
-    """,
+    scan_sql=chunk_scan(
+        table="project_cards", columns="updated_at, id", moment="updated_at", id_type="uuid",
+        within="status = 'Delisted' AND updated_at < %(cutoff)s",
+        candidates=f"FROM chunk AS card WHERE NOT {HELD_BACK}",
+    ),
     scan_from=("-infinity", "00000000-0000-0000-0000-000000000000"),
-    select_batch=f"""
-        SELECT id, ctid FROM catalog.project_cards AS card
-         WHERE status = 'Delisted' AND updated_at < %(cutoff)s
-           AND NOT {HELD_BACK}
-           AND (%(only_ids)s::uuid[] IS NULL OR id = ANY(%(only_ids)s::uuid[]))
-           AND id <> ALL(%(skipped_ids)s::uuid[])
-         ORDER BY updated_at, id
-         LIMIT %(batch_size)s
-    """,
+    select_batch=overdue_cards("project_cards", held_back=True),
     delete="""
         holding AS (
             SELECT catalog.projects_with_property_objects({ids}) AS ids
-        ), deleted_cards AS (
-            DELETE FROM catalog.project_cards AS card
-             WHERE card.ctid = ANY({row_addresses})
-               AND card.status = 'Delisted' AND card.updated_at < %(cutoff)s
-               AND card.id <> ALL((SELECT ids FROM holding)::uuid[])
-            RETURNING card.id
-        ), deleted_overrides AS (
-            DELETE FROM catalog.building_display_overrides
-             WHERE project_id IN (SELECT id FROM deleted_cards)
-            RETURNING 1
-        )
-    """,
+        ),""" + delete_cards(
+        "project_cards", overrides="building_display_overrides", card_key="project_id",
+        keep="\n               AND card.id <> ALL((SELECT ids FROM holding)::uuid[])",
+    ),
     deleted_cards="deleted_project_cards",
     deleted_overrides="deleted_building_overrides",
 )
@@ -176,24 +180,14 @@ def orphan_phase(name: str, *, overrides: str, cards: str, card_key: str, delete
     card_is_gone = f"NOT EXISTS (SELECT FROM catalog.{cards} AS card WHERE card.id = override.{card_key})"
     return phase(
         name,
-        scan_sql=f"""
-            WITH chunk AS (
-                SELECT id, created_at, {card_key} AS card_id FROM catalog.{overrides}
-                 WHERE created_at >= now() - %(orphan_sweep_window)s
-                   AND (created_at, id) > (%(after_at)s::timestamptz, %(after_id)s::bigint)
-                 ORDER BY created_at, id
-                 LIMIT %(chunk)s
-            ), last AS (
-                SELECT created_at, id FROM chunk ORDER BY created_at DESC, id DESC LIMIT 1
-            )
-            SELECT (SELECT count(*) FROM chunk),
-                   (SELECT array_agg(chunk.id ORDER BY chunk.created_at, chunk.id)::text
-                      FROM chunk
+        scan_sql=chunk_scan(
+            table=overrides, columns=f"id, created_at, {card_key} AS card_id", moment="created_at", id_type="bigint",
+            within="created_at >= now() - %(orphan_sweep_window)s",
+            candidates=f"""FROM chunk
                       LEFT JOIN LATERAL (SELECT true AS found FROM catalog.{cards} AS card
                                           WHERE card.id = chunk.card_id LIMIT 1) AS card ON true
-                     WHERE card.found IS NULL),
-                   (SELECT created_at FROM last), (SELECT id FROM last)
-        """,
+                     WHERE card.found IS NULL""",
+        ),
         select_batch=f"""
             SELECT id, ctid FROM catalog.{overrides} AS override
              WHERE id = ANY(%(only_ids)s::bigint[]) AND {card_is_gone}
