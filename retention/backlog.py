@@ -26,6 +26,7 @@ from retention.phases import HELD_BACK
 # long whatever the backlog (one statement over 500k entries took 0.2 s at 2M cards, docs/benchmark-findings.md).
 COUNT_CHUNK = 50_000
 HELD_BACK_CHUNK = 2_000
+WHOLE = 2**62  # a chunk of everything: one statement
 KINDS = {"property_object_cards": "property_objects", "project_cards": "projects"}  # table: Backlog field
 # A chunk is the first `chunk` entries after the last chunk's end, and every card sharing the moment of its last
 # one (WITH TIES: a cascade's cards never straddle two chunks), up to `until`. One index-only pass per chunk. An end
@@ -122,11 +123,12 @@ def compute_cutoff(
 
 def measure_backlog(
     *, cutoff: datetime, using: str = "default", transaction: Callable[[], AbstractContextManager] | None = None,
-    count_held_back: bool = True, within_window_from: Backlog | None = None,
+    count_held_back: bool = True, within_window_from: Backlog | None = None, in_chunks: bool = False,
 ) -> Backlog:
-    """The backlog, counted in chunks; `transaction` (a run's bounded transaction) runs each chunk under the run's
-    timeouts. Without `count_held_back` the count skips the probe of each overdue project's objects, and
-    `projects.held_back` is None.
+    """The backlog: one statement per kind and one for the held-back projects, or, `in_chunks` (a run: no
+    transaction of the job lasts long), chunks of COUNT_CHUNK entries and HELD_BACK_CHUNK projects; `transaction` (a
+    run's bounded transaction) runs each under the run's timeouts. Without `count_held_back` the count skips the
+    probe of each overdue project's objects, and `projects.held_back` is None.
 
     `within_window_from` is a count at the same cutoff made earlier (a run's start count, for its end count): the
     cards Delisted within the retention window are taken from it and only the overdue ones are counted again. A run
@@ -137,16 +139,17 @@ def measure_backlog(
         raise ValueError("within_window_from was counted at another cutoff")
     params = {"cutoff": cutoff, "count_within_window": within_window_from is None}
     read = transaction or plain_cursor(using)
+    entry_chunk, project_chunk = (COUNT_CHUNK, HELD_BACK_CHUNK) if in_chunks else (WHOLE, WHOLE)
     kinds = {}
     for cards in ("property_object_cards", "project_cards"):
         start = within_window_from and getattr(within_window_from, KINDS[cards])
         kinds[cards] = count_in_chunks(
-            read, COUNT_DELISTED.format(cards=cards), params, COUNT_CHUNK,
+            read, COUNT_DELISTED.format(cards=cards), params, entry_chunk,
             until=[end for end in start.chunk_ends if end < cutoff] if start else [],
         )
         if start:
             kinds[cards] = kinds[cards].plus_delisted(start.within_window)
-    held_back = count_in_chunks(read, COUNT_HELD_BACK, params, HELD_BACK_CHUNK).overdue if count_held_back else None
+    held_back = count_in_chunks(read, COUNT_HELD_BACK, params, project_chunk).overdue if count_held_back else None
     return Backlog(
         cutoff=cutoff, property_objects=kinds["property_object_cards"],
         projects=replace(kinds["project_cards"], held_back=held_back),

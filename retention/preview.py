@@ -108,7 +108,7 @@ def preview_purge(
     """Dry run: what a run with these limits would delete now (max_duration and orphan overrides aside), through
     `transaction` (the run's bounded one). The loop's arithmetic is preview_run's, on the exact count of the projects
     held back once the property objects the run reaches are gone; the overrides are those of the rows taken."""
-    backlog = measure_backlog(cutoff=cutoff, transaction=transaction, count_held_back=False)
+    backlog = measure_backlog(cutoff=cutoff, transaction=transaction, count_held_back=False, in_chunks=True)
     objects_reached = min(backlog.property_objects.overdue, limits.batch_size * limits.max_batches)
     held_back = held_back_after(cutoff=cutoff, objects=objects_reached, transaction=transaction)
     preview = preview_run(

@@ -429,7 +429,9 @@ def locked_run(run: Run, now, metrics: RunMetrics, on_start, on_batch) -> tuple[
         try:
             run.cutoff = compute_cutoff(run.limits.retention, now, run.using, transaction=run.transaction)
             # What the run starts from; the held-back projects are counted at the end, where they are reported.
-            at_start = measure_backlog(cutoff=run.cutoff, transaction=run.transaction, count_held_back=False)
+            at_start = measure_backlog(
+                cutoff=run.cutoff, transaction=run.transaction, count_held_back=False, in_chunks=True,
+            )
             metrics.run_started(at_start)
             run.log.info(
                 "purge started",
@@ -445,7 +447,9 @@ def locked_run(run: Run, now, metrics: RunMetrics, on_start, on_batch) -> tuple[
         if at_start is None:  # a SIGTERM or the run's time cancelled the start count
             return run.result(stop_reason), None
         try:
-            at_end = measure_backlog(cutoff=run.cutoff, transaction=run.transaction, within_window_from=at_start)
+            at_end = measure_backlog(
+                cutoff=run.cutoff, transaction=run.transaction, within_window_from=at_start, in_chunks=True,
+            )
         except StopRun:
             at_end = None  # what is left stays unknown
         result = run.result(

@@ -60,14 +60,13 @@ def test_a_count_in_many_chunks_equals_the_count_in_one(monkeypatch, chunk):
 
     monkeypatch.setattr(backlog, "COUNT_CHUNK", chunk)
     monkeypatch.setattr(backlog, "HELD_BACK_CHUNK", chunk)
-    in_chunks = measure_backlog(cutoff=CUTOFF)
+    in_chunks = measure_backlog(cutoff=CUTOFF, in_chunks=True)
 
     assert in_chunks == in_one
     assert (in_one.property_objects.delisted, in_one.projects.overdue, in_one.projects.held_back) == (11, 6, 4)
     # The end count chunks where the start count's chunks ended, over the cards the run deleted meanwhile.
     PropertyObjectCard.objects.filter(status=CardStatus.DELISTED, updated_at=LONG_AGO).first().delete()
-    at_end = measure_backlog(cutoff=CUTOFF, within_window_from=in_chunks)
-    monkeypatch.setattr(backlog, "COUNT_CHUNK", 1000)
+    at_end = measure_backlog(cutoff=CUTOFF, within_window_from=in_chunks, in_chunks=True)
     assert at_end == measure_backlog(cutoff=CUTOFF, within_window_from=in_one)
     assert (at_end.property_objects.delisted, at_end.property_objects.overdue) == (10, 8)
 
