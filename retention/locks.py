@@ -14,8 +14,8 @@ session pool (DELISTED_RETENTION_POOLER=session). With the declaration:
 
 * a lock the fresh session already holds was left by a killed client of a pool that does not reset its server
   sessions (`server_reset_query` empty): the job releases it with a warning and goes on;
-* every batch transaction checks in its first statement that it runs on the session that took the lock
-  (`LockSession.verify`), so a pool that is not a session pool after all is refused at its first batch.
+* every batch statement returns the session it ran on, checked before its COMMIT against the session that took
+  the lock (`LockSession.verify`), so a pool that is not a session pool after all is refused at its first batch.
 
 The first statement through a pooler may wait for a free server without limit: it runs under the run's time left
 and its stop request (`bounded`).
