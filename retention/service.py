@@ -506,8 +506,9 @@ def run_phases(run: Run, on_batch: Callable[[int], None]) -> None:
             last_batch_seconds = time.monotonic() - started if outcome.selected else None
             if outcome.selected:
                 on_batch(outcome.deleted_cards)
-            if scan.done if scan else outcome.selected < run.limits.batch_size:
-                break  # this phase ran dry
+            # A phase with a scan runs dry when its candidates are all taken, any other on a short batch.
+            if (scan.done if scan else outcome.selected < run.limits.batch_size):
+                break
 
 
 @dataclass
