@@ -15,6 +15,7 @@ from retention.limits import PurgeLimits
 from retention.phases import FIRST_OBJECT_KEPT, HELD_BACK_AFTER, OVERRIDES_OF_TAKEN
 from retention.results import PurgeResult, StopReason
 
+
 def objects_taken(cursor, *, cutoff: datetime, objects: int | None) -> dict:
     """The parameters that say which overdue property objects a run reaching `objects` of them (None: all) takes:
     the cutoff and the keyset boundary of phases.OBJECT_TAKEN (None: it leaves no overdue object). An index-only
@@ -35,8 +36,13 @@ def held_back_after(
     are gone (None: every overdue one). One aggregate over the overdue projects (the partial index), each probing its
     objects by project_id."""
     with (transaction or plain_cursor(using))() as cursor:
-        cursor.execute(HELD_BACK_AFTER, objects_taken(cursor, cutoff=cutoff, objects=objects))
-        return cursor.fetchone()[0]
+        return count_held_back(cursor, objects_taken(cursor, cutoff=cutoff, objects=objects))
+
+
+def count_held_back(cursor, taken: dict) -> int:
+    """The overdue projects still holding a property-object card once the objects `taken` (objects_taken) are gone."""
+    cursor.execute(HELD_BACK_AFTER, taken)
+    return cursor.fetchone()[0]
 
 
 def simulate_batches(
@@ -110,16 +116,15 @@ def preview_purge(
     held back once the property objects the run reaches are gone; the overrides are those of the rows taken."""
     backlog = measure_backlog(cutoff=cutoff, transaction=transaction, count_held_back=False, in_chunks=True)
     objects_reached = min(backlog.property_objects.overdue, limits.batch_size * limits.max_batches)
-    held_back = held_back_after(cutoff=cutoff, objects=objects_reached, transaction=transaction)
+    with transaction() as cursor:
+        taken = objects_taken(cursor, cutoff=cutoff, objects=objects_reached)
+        held_back = count_held_back(cursor, taken)
     preview = preview_run(
         backlog=backlog, held_back_after_overdue_objects=held_back, batch_size=limits.batch_size,
         max_batches=limits.max_batches,
     )
     with transaction() as cursor:
-        cursor.execute(OVERRIDES_OF_TAKEN, {
-            **objects_taken(cursor, cutoff=cutoff, objects=objects_reached),
-            "projects": preview.deleted_project_cards,
-        })
+        cursor.execute(OVERRIDES_OF_TAKEN, {**taken, "projects": preview.deleted_project_cards})
         object_overrides, building_overrides = cursor.fetchone()
     return PurgeResult(
         run_id=run_id,
