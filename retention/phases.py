@@ -55,8 +55,8 @@ class Phase:
 
 # The statements of a phase are built from two parts: `select_batch`, the SELECT of a batch's rows (id, ctid) with
 # its ORDER BY and LIMIT, and `delete`, the DELETE ... RETURNING of the rows at {row_addresses} with their
-# overrides ({ids}: theirs), ending in the CTE `deleted_overrides` and (card phases) `deleted_cards`. Parameters: cutoff,
-# batch_size, only_ids (NULL, or the ids a batch is limited to: a scan's candidates, the batch a culprit search
+# overrides ({ids}: theirs), ending in the CTE `deleted_overrides` and (card phases) `deleted_cards`. Parameters:
+# cutoff, batch_size, only_ids (NULL, or the ids a batch is limited to: a scan's candidates, the batch a culprit search
 # redoes), skipped_ids (culprits of this run). The row addresses (`ctid`) of locked rows cannot change while
 # this transaction holds their row locks: no UPDATE or DELETE can touch them, and VACUUM never moves a live row.
 def phase(name: str, *, select_batch: str, delete: str, deleted_cards: str | None, deleted_overrides: str,

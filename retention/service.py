@@ -163,7 +163,7 @@ class StopRequest:
         # Held while a cancel is sent and while the registration changes, so that a cancel reaches only the
         # transaction it was meant for, never the next one on the same connection.
         self._lock = threading.Lock()
-        self._in_flight = None  # (the psycopg connection, a token of its current transaction)
+        self._in_flight = None  # (the psycopg connection, a token of its transaction, whether it writes)
 
     def request(self) -> None:
         self._requested.set()

@@ -44,7 +44,8 @@ def start_purge(replica: Replica, *options: str) -> subprocess.Popen:
 def waiting_for_the_standby(replica: Replica) -> bool:
     with psycopg.connect(replica.primary_url, autocommit=True) as primary:
         return primary.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE 'purge_delisted %' AND wait_event = 'SyncRep'"
+            "SELECT count(*) FROM pg_stat_activity"
+            " WHERE application_name LIKE 'purge_delisted %' AND wait_event = 'SyncRep'"
         ).fetchone()[0] > 0
 
 

@@ -91,5 +91,7 @@ def test_each_batch_of_a_run_costs_three_round_trips_begin_the_batch_commit():
 def test_the_timeouts_are_set_once_for_the_session_not_in_every_transaction():
     trace = traced_run(batches=4)
 
-    settings_statements = [message for message in trace if message.startswith("F") and "set_config('statement_timeout'" in message]
+    settings_statements = [
+        message for message in trace if message.startswith("F") and "set_config('statement_timeout'" in message
+    ]
     assert len(settings_statements) == 1, settings_statements
