@@ -37,11 +37,13 @@ class Phase:
     `batch_sql` is a batch on the happy path, one statement: lock the batch FOR UPDATE SKIP LOCKED, delete it and
     its overrides, return the counts and the session it ran on. Only a batch that failed for a data reason is
     redone in parts, with `lock_sql` (its ids and row addresses) and `delete_sql` (a part, by row address).
+    A batch resumes after the last row of the phase's previous batch (after_at, after_id: the key it returns;
+    `first_key`, before every row, at first), so that no batch reads again the index entries of the rows the
+    batches before it deleted; a row skipped because another transaction held it is left to the next run.
     `scan_sql` (projects, orphans) finds the candidates the batches take, in chunks of SCAN_CHUNK, outside any
     row-locking transaction: the probes that tell a candidate run there, and a batch re-checks only the candidates
-    it locks. Its parameters: after_at and after_id (where the previous chunk ended; `scan_from`, before every
-    row, at first), chunk, cutoff, orphan_sweep_window; its row: rows read, the candidates' ids (array text), the
-    last row's key."""
+    it locks. Its parameters: after_at and after_id (where the previous chunk ended; `first_key` at first), chunk,
+    cutoff, orphan_sweep_window; its row: rows read, the candidates' ids (array text), the last row's key."""
 
     name: str
     lock_sql: str
@@ -49,18 +51,19 @@ class Phase:
     batch_sql: str
     deleted_overrides: str  # the PurgeResult field its overrides count into
     deleted_cards: str | None  # the PurgeResult field its cards count into; None: it deletes overrides only
+    first_key: tuple  # the key (moment, id) before every row of the phase
     scan_sql: str | None = None
-    scan_from: tuple | None = None
 
 
-# The statements of a phase are built from two parts: `select_batch`, the SELECT of a batch's rows (id, ctid) with
-# its ORDER BY and LIMIT, and `delete`, the DELETE ... RETURNING of the rows at {row_addresses} with their
-# overrides ({ids}: theirs), ending in the CTE `deleted_overrides` and (card phases) `deleted_cards`. Parameters:
-# cutoff, batch_size, only_ids (NULL, or the ids a batch is limited to: a scan's candidates, the batch a culprit search
-# redoes), skipped_ids (culprits of this run). The row addresses (`ctid`) of locked rows cannot change while
-# this transaction holds their row locks: no UPDATE or DELETE can touch them, and VACUUM never moves a live row.
-def phase(name: str, *, select_batch: str, delete: str, deleted_cards: str | None, deleted_overrides: str,
-          scan_sql: str | None = None, scan_from: tuple | None = None) -> Phase:
+# The statements of a phase are built from two parts: `select_batch`, the SELECT of a batch's rows (id, ctid and
+# the `moment` of its key) with its ORDER BY and LIMIT, and `delete`, the DELETE ... RETURNING of the rows at
+# {row_addresses} with their overrides ({ids}: theirs), ending in the CTE `deleted_overrides` and (card phases)
+# `deleted_cards`. Parameters: cutoff, batch_size, after_at and after_id (the key the batch resumes after), only_ids
+# (NULL, or the ids a batch is limited to: a scan's candidates, the batch a culprit search redoes), skipped_ids
+# (culprits of this run). The row addresses (`ctid`) of locked rows cannot change while this transaction holds their
+# row locks: no UPDATE or DELETE can touch them, and VACUUM never moves a live row.
+def phase(name: str, *, select_batch: str, delete: str, moment: str, first_key: tuple, deleted_cards: str | None,
+          deleted_overrides: str, scan_sql: str | None = None) -> Phase:
     counts = "(SELECT count(*) FROM deleted_cards)" if deleted_cards else "0"
     return Phase(
         name=name,
@@ -76,22 +79,32 @@ def phase(name: str, *, select_batch: str, delete: str, deleted_cards: str | Non
         """,
         batch_sql=f"""
             WITH batch AS ({select_batch} FOR UPDATE SKIP LOCKED),
-            {delete.format(row_addresses="ARRAY(SELECT ctid FROM batch)", ids="ARRAY(SELECT id FROM batch)")}
+            {delete.format(row_addresses="ARRAY(SELECT ctid FROM batch)", ids="ARRAY(SELECT id FROM batch)")},
+            last AS (
+                SELECT {moment}, id FROM batch ORDER BY {moment} DESC, id DESC LIMIT 1
+            )
             SELECT (SELECT count(*) FROM batch), {counts}, (SELECT count(*) FROM deleted_overrides),
-                   pg_backend_pid(), current_setting('{SESSION_MARKER}', true)
+                   pg_backend_pid(), current_setting('{SESSION_MARKER}', true),
+                   (SELECT {moment} FROM last), (SELECT id FROM last)
         """,
         deleted_cards=deleted_cards,
         deleted_overrides=deleted_overrides,
+        first_key=first_key,
         scan_sql=scan_sql,
-        scan_from=scan_from,
     )
+
+
+def after_key(moment: str, id_type: str) -> str:
+    """The rows after the key (after_at, after_id) in (moment, id) order: an index condition on (moment, id)."""
+    return f"({moment}, id) > (%(after_at)s::timestamptz, %(after_id)s::{id_type})"
 
 
 def overdue_cards(cards: str, *, held_back: bool = False) -> str:
     """The SELECT of a batch of overdue cards, oldest first; with `held_back`, none that the rule holds back."""
     return f"""
-        SELECT id, ctid FROM catalog.{cards} AS card
+        SELECT id, ctid, updated_at FROM catalog.{cards} AS card
          WHERE status = 'Delisted' AND updated_at < %(cutoff)s{f" AND NOT {HELD_BACK}" if held_back else ""}
+           AND {after_key("updated_at", "uuid")}
            AND (%(only_ids)s::uuid[] IS NULL OR id = ANY(%(only_ids)s::uuid[]))
            AND id <> ALL(%(skipped_ids)s::uuid[])
          ORDER BY updated_at, id
@@ -109,7 +122,7 @@ def delete_cards(cards: str, *, overrides: str, card_key: str, keep: str = "") -
             RETURNING card.id
         ), deleted_overrides AS (
             DELETE FROM catalog.{overrides}
-             WHERE {card_key} IN (SELECT id FROM deleted_cards)
+             WHERE {card_key} = ANY(ARRAY(SELECT id FROM deleted_cards))
             RETURNING 1
         )
     """
@@ -121,7 +134,7 @@ def chunk_scan(*, table: str, columns: str, moment: str, id_type: str, within: s
     return f"""
         WITH chunk AS (
             SELECT {columns} FROM catalog.{table}
-             WHERE {within} AND ({moment}, id) > (%(after_at)s::timestamptz, %(after_id)s::{id_type})
+             WHERE {within} AND {after_key(moment, id_type)}
              ORDER BY {moment}, id
              LIMIT %(chunk)s
         ), last AS (
@@ -133,12 +146,15 @@ def chunk_scan(*, table: str, columns: str, moment: str, id_type: str, within: s
     """
 
 
+BEFORE_EVERY_CARD = ("-infinity", "00000000-0000-0000-0000-000000000000")
 PROPERTY_OBJECTS = phase(
     "property_objects",
     select_batch=overdue_cards("property_object_cards"),
     delete=delete_cards(
         "property_object_cards", overrides="property_object_display_overrides", card_key="property_object_id",
     ),
+    moment="updated_at",
+    first_key=BEFORE_EVERY_CARD,
     deleted_cards="deleted_property_object_cards",
     deleted_overrides="deleted_property_object_overrides",
 )
@@ -157,7 +173,6 @@ PROJECTS = phase(
         within="status = 'Delisted' AND updated_at < %(cutoff)s",
         candidates=f"FROM chunk AS card WHERE NOT {HELD_BACK}",
     ),
-    scan_from=("-infinity", "00000000-0000-0000-0000-000000000000"),
     select_batch=overdue_cards("project_cards", held_back=True),
     delete="""
         holding AS (
@@ -166,6 +181,8 @@ PROJECTS = phase(
         "project_cards", overrides="building_display_overrides", card_key="project_id",
         keep="\n               AND card.id <> ALL((SELECT ids FROM holding)::uuid[])",
     ),
+    moment="updated_at",
+    first_key=BEFORE_EVERY_CARD,
     deleted_cards="deleted_project_cards",
     deleted_overrides="deleted_building_overrides",
 )
@@ -189,8 +206,8 @@ def orphan_phase(name: str, *, overrides: str, cards: str, card_key: str, delete
                      WHERE card.found IS NULL""",
         ),
         select_batch=f"""
-            SELECT id, ctid FROM catalog.{overrides} AS override
-             WHERE id = ANY(%(only_ids)s::bigint[]) AND {card_is_gone}
+            SELECT id, ctid, created_at FROM catalog.{overrides} AS override
+             WHERE id = ANY(%(only_ids)s::bigint[]) AND {card_is_gone} AND {after_key("created_at", "bigint")}
                AND id::text <> ALL(%(skipped_ids)s::text[])
              ORDER BY created_at, id
              LIMIT %(batch_size)s
@@ -202,9 +219,10 @@ def orphan_phase(name: str, *, overrides: str, cards: str, card_key: str, delete
                 RETURNING 1
             )
         """,
+        moment="created_at",
+        first_key=("-infinity", 0),
         deleted_cards=None,
         deleted_overrides=deleted_overrides,
-        scan_from=("-infinity", 0),
     )
 
 

@@ -223,16 +223,17 @@ class BatchOutcome:
     selected: int
     deleted_cards: int
     deleted_overrides: int
+    last_key: tuple | None = None  # the key of the batch's last row: where the phase's next batch resumes
 
 
 class BatchRefused(Exception):
-    """A batch failed because of its rows: redo it in parts to find the culprits. `only_ids`: the ids it was
-    limited to (a scan's candidates), or None."""
+    """A batch failed because of its rows: redo it in parts to find the culprits. `params`: the batch's, which
+    select the same rows again."""
 
-    def __init__(self, error: DatabaseError, only_ids: list[str] | None):
+    def __init__(self, error: DatabaseError, params: dict):
         super().__init__(str(error))
         self.error = error
-        self.only_ids = only_ids
+        self.params = params
 
 
 class StopRun(Exception):
@@ -485,6 +486,7 @@ def run_phases(run: Run, on_batch: Callable[[int], None]) -> None:
     last_batch_seconds = None
     for phase in PHASES:
         scan = CandidateScan(phase) if phase.scan_sql else None
+        after = phase.first_key
         while True:
             if last_batch_seconds is not None:
                 run.stop.sleep(run.limits.batch_pause.total_seconds()
@@ -496,12 +498,14 @@ def run_phases(run: Run, on_batch: Callable[[int], None]) -> None:
                 break  # the scan found no candidate left
             started = time.monotonic()
             try:
-                outcome = delete_batch(run, phase, only_ids)
+                outcome = delete_batch(run, phase, after, only_ids)
             except BatchRefused as refusal:
                 outcome = isolate_culprits(run, phase, refusal)
                 stop_if_systemic(run, phase, outcome, refusal.error)
             else:
                 run.refused_batches = 0
+            # A redone batch (culprits) resumes from where it began: its culprits are skipped, the rest is gone.
+            after = outcome.last_key or after
             # The pause rests the database after work; an empty selection (a phase ran dry) did none.
             last_batch_seconds = time.monotonic() - started if outcome.selected else None
             if outcome.selected:
@@ -530,7 +534,7 @@ class CandidateScan:
         it has a batch or has read every row; [] when no candidate is left."""
         while not self.exhausted and len(self.candidates) < run.limits.batch_size:
             run.stop_if_due()
-            after_at, after_id = self.after or self.phase.scan_from
+            after_at, after_id = self.after or self.phase.first_key
             with run.transaction() as cursor:
                 cursor.execute(self.phase.scan_sql, {
                     "after_at": after_at, "after_id": after_id,
@@ -568,27 +572,31 @@ def wait_for_replicas_if_asked(run: Run) -> None:
         raise StopRun(StopReason.REPLICA_LAG)
 
 
-def delete_batch(run: Run, phase: Phase, only_ids: list[str] | None) -> BatchOutcome:
-    """One batch, one transaction, one statement: lock the oldest overdue rows (or those of `only_ids`), delete
-    them, check that it ran on the lock's session. Counted in the run when it commits."""
-    params = batch_params(run, phase, only_ids)
+def delete_batch(run: Run, phase: Phase, after: tuple, only_ids: list[str] | None) -> BatchOutcome:
+    """One batch, one transaction, one statement: lock the oldest overdue rows after the key `after` (of those
+    of `only_ids`), delete them, check that it ran on the lock's session. Counted in the run when it commits."""
+    params = batch_params(run, phase, after, only_ids)
     try:
         with run.transaction(batch=True) as cursor:
             cursor.execute(phase.batch_sql, params)
-            selected, deleted_cards, deleted_overrides, backend_pid, marker = cursor.fetchone()
+            selected, deleted_cards, deleted_overrides, backend_pid, marker, *last_key = cursor.fetchone()
             run.verify_session(backend_pid, marker)
     except DatabaseError as error:
         if is_data_error(error):
-            raise BatchRefused(error, only_ids) from error
+            raise BatchRefused(error, params) from error
         log_batch_failure(run, phase, error, ids_of_failed_batch(run, phase, params))
         raise
-    outcome = BatchOutcome(selected=selected, deleted_cards=deleted_cards, deleted_overrides=deleted_overrides)
-    return count_batch(run, phase, outcome) if selected else outcome
+    if not selected:
+        return BatchOutcome(selected=0, deleted_cards=0, deleted_overrides=0)
+    return count_batch(run, phase, BatchOutcome(
+        selected=selected, deleted_cards=deleted_cards, deleted_overrides=deleted_overrides, last_key=tuple(last_key),
+    ))
 
 
-def batch_params(run: Run, phase: Phase, only_ids: list[str] | None) -> dict:
+def batch_params(run: Run, phase: Phase, after: tuple, only_ids: list[str] | None) -> dict:
+    after_at, after_id = after
     return {
-        "cutoff": run.cutoff, "batch_size": run.limits.batch_size,
+        "cutoff": run.cutoff, "batch_size": run.limits.batch_size, "after_at": after_at, "after_id": after_id,
         "only_ids": None if only_ids is None else array_literal(only_ids),
         "skipped_ids": array_literal([c.card_id for c in run.culprits if c.phase == phase.name]),
     }
@@ -628,7 +636,7 @@ def isolate_culprits(run: Run, phase: Phase, refusal: BatchRefused) -> BatchOutc
     transaction. The failed attempt and this transaction together count as one batch."""
     deleted_cards = deleted_overrides = 0
     with run.transaction(batch=True) as cursor:
-        cursor.execute(phase.lock_sql, batch_params(run, phase, refusal.only_ids))
+        cursor.execute(phase.lock_sql, refusal.params)
         selected, batch_ids, row_addresses, backend_pid, marker = cursor.fetchone()
         run.verify_session(backend_pid, marker)
         log_batch_failure(run, phase, refusal.error, parse_array(batch_ids) if batch_ids else [])

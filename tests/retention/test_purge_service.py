@@ -4,6 +4,7 @@ import time
 import uuid
 from datetime import datetime, timedelta, timezone
 
+import psycopg
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
@@ -21,7 +22,7 @@ from config.logging import TextFormatter
 from retention.limits import PurgeLimitsError
 from retention.results import PurgeFailed, StopReason
 from retention.service import StopRequest, purge_delisted_cards
-from tests.support import deletes_refused, held_in_another_transaction, purge
+from tests.support import database_url_of_tests, deletes_refused, held_in_another_transaction, purge
 from tests.factories import (
     BuildingDisplayOverrideFactory,
     DeveloperRankingRuleFactory,
@@ -361,6 +362,31 @@ def test_restore_holding_the_row_lock_wins_and_the_card_survives():
     assert result.deleted_property_object_cards == 1
     assert not PropertyObjectCard.objects.filter(id=other.id).exists()
     assert PropertyObjectCard.objects.get(id=restored_card.id).status == CardStatus.PUBLISHED
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_card_skipped_while_held_is_left_to_the_next_run_and_no_later_batch_reads_it_again():
+    cards = cards_aged_in_order(6)
+    holder = psycopg.connect(database_url_of_tests())
+    holder.execute("SELECT FROM catalog.property_object_cards WHERE id = %s FOR UPDATE", [cards[1].id])
+
+    def release_after_the_first_batch(deleted):
+        holder.rollback()  # free again before the second batch, which resumes after the first batch's last card
+
+    try:
+        result = purge(now=NOW, batch_size=2, on_batch=release_after_the_first_batch)
+    finally:
+        holder.close()
+
+    # Batch 1 took cards 0 and 2, batch 2 cards 3 and 4, batch 3 card 5.
+    assert result.deleted_property_object_cards == 5 and result.batches_processed == 3
+    assert list(PropertyObjectCard.objects.values_list("id", flat=True)) == [cards[1].id]
+    assert result.stop_reason == StopReason.COMPLETED and result.has_more is True
+
+    result = purge(now=NOW, batch_size=2)
+
+    assert result.deleted_property_object_cards == 1 and result.has_more is False
+    assert not PropertyObjectCard.objects.exists()
 
 
 def cards_aged_in_order(count: int, *, poison: set[int] = frozenset()) -> list:
