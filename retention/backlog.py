@@ -26,30 +26,40 @@ from retention.phases import HELD_BACK
 # long whatever the backlog (one statement over 500k entries took 0.2 s at 2M cards, docs/benchmark-findings.md).
 COUNT_CHUNK = 50_000
 HELD_BACK_CHUNK = 2_000
-WHOLE = 2**62  # a chunk of everything: one statement
 KINDS = {"property_object_cards": "property_objects", "project_cards": "projects"}  # table: Backlog field
-# A chunk is the first `chunk` entries after the last chunk's end, and every card sharing the moment of its last
-# one (WITH TIES: a cascade's cards never straddle two chunks), up to `until`. One index-only pass per chunk. An end
-# count passes as `until` the ends of the start count's chunks: the entries of the cards a run deleted are still in
-# the index, and a chunk of "the next 50,000 entries still there" would read all of them in one statement. Each
-# row: the entries, the second count, the first and the last moment.
-CHUNK_OF = """
+# A count's statement: its entries (`entries`, after `after` up to `until`), the second count among them (overdue or
+# held back), the first and the last moment. A chunk (`ENTRIES_OF` with `A_CHUNK`) is the first `chunk` entries after
+# the last chunk's end, and every card sharing the moment of its last one (WITH TIES: a cascade's cards never
+# straddle two chunks). One index-only pass either way; the limit and its ties cost a count of everything in one
+# statement (the admin page's) a fifth of its time, so that one goes without. An end count passes as `until` the
+# ends of the start count's chunks: the entries of the cards a run deleted are still in the index, and a chunk of
+# "the next 50,000 entries still there" would read all of them in one statement.
+ENTRIES_OF = """
 SELECT count(*), count(*) FILTER (WHERE {second}), min(updated_at), max(updated_at)
   FROM (SELECT id, updated_at FROM catalog.{cards}
-         WHERE {entries} AND updated_at > %(after)s AND updated_at <= %(until)s
-         ORDER BY updated_at
-         FETCH FIRST %(chunk)s ROWS WITH TIES) AS card
+         WHERE {entries} AND updated_at > %(after)s AND updated_at <= %(until)s{chunk}) AS card
 """
-# A kind's Delisted cards and the overdue among them; with count_within_window false the scan stops at the cutoff,
-# and the entries are the overdue cards alone. The first entry of the index is the oldest Delisted card either way.
-COUNT_DELISTED = CHUNK_OF.format(
-    cards="{cards}", entries="status = 'Delisted' AND (%(count_within_window)s OR updated_at < %(cutoff)s)",
-    second="updated_at < %(cutoff)s",
-)
-# The overdue projects and those held back by a remaining property-object card.
-COUNT_HELD_BACK = CHUNK_OF.format(
-    cards="project_cards", entries="status = 'Delisted' AND updated_at < %(cutoff)s", second=HELD_BACK,
-)
+A_CHUNK = """
+         ORDER BY updated_at
+         FETCH FIRST %(chunk)s ROWS WITH TIES"""
+
+
+def delisted_statement(cards: str, *, in_chunks: bool) -> str:
+    """A kind's Delisted cards and the overdue among them; with count_within_window false the scan stops at the
+    cutoff, and the entries are the overdue cards alone. The first entry is the oldest Delisted card either way."""
+    return ENTRIES_OF.format(
+        cards=cards, entries="status = 'Delisted' AND (%(count_within_window)s OR updated_at < %(cutoff)s)",
+        second="updated_at < %(cutoff)s", chunk=A_CHUNK if in_chunks else "",
+    )
+
+
+def held_back_statement(*, in_chunks: bool) -> str:
+    """The overdue projects and those held back by a remaining property-object card."""
+    return ENTRIES_OF.format(
+        cards="project_cards", entries="status = 'Delisted' AND updated_at < %(cutoff)s", second=HELD_BACK,
+        chunk=A_CHUNK if in_chunks else "",
+    )
+
 
 # The Delisted cards that become deletable on each of the next `days` days (in the session's time zone: Django's
 # TIME_ZONE), from now on: their updated_at + retention falls in that day and after the cutoff. One index-only range
@@ -139,17 +149,20 @@ def measure_backlog(
         raise ValueError("within_window_from was counted at another cutoff")
     params = {"cutoff": cutoff, "count_within_window": within_window_from is None}
     read = transaction or plain_cursor(using)
-    entry_chunk, project_chunk = (COUNT_CHUNK, HELD_BACK_CHUNK) if in_chunks else (WHOLE, WHOLE)
+    entry_chunk, project_chunk = (COUNT_CHUNK, HELD_BACK_CHUNK) if in_chunks else (None, None)
     kinds = {}
     for cards in ("property_object_cards", "project_cards"):
         start = within_window_from and getattr(within_window_from, KINDS[cards])
         kinds[cards] = count_in_chunks(
-            read, COUNT_DELISTED.format(cards=cards), params, entry_chunk,
+            read, delisted_statement(cards, in_chunks=in_chunks), params, entry_chunk,
             until=[end for end in start.chunk_ends if end < cutoff] if start else [],
         )
         if start:
             kinds[cards] = kinds[cards].plus_delisted(start.within_window)
-    held_back = count_in_chunks(read, COUNT_HELD_BACK, params, project_chunk).overdue if count_held_back else None
+    held_back = (
+        count_in_chunks(read, held_back_statement(in_chunks=in_chunks), params, project_chunk).overdue
+        if count_held_back else None
+    )
     return Backlog(
         cutoff=cutoff, property_objects=kinds["property_object_cards"],
         projects=replace(kinds["project_cards"], held_back=held_back),
@@ -157,10 +170,12 @@ def measure_backlog(
 
 
 def count_in_chunks(
-    read: Callable[[], AbstractContextManager], statement: str, params: dict, chunk: int, until: list[datetime] = (),
+    read: Callable[[], AbstractContextManager], statement: str, params: dict, chunk: int | None,
+    until: list[datetime] = (),
 ) -> KindBacklog:
-    """Sum `statement`'s chunks, each read on its own (`read()`), none past the next of `until`, to the end: its
-    entries, the second count (overdue or held back), the earliest moment, where the chunks ended."""
+    """Sum `statement`'s chunks of `chunk` entries (None: one statement without a limit), each read on its own
+    (`read()`), none past the next of `until`, to the end: its entries, the second count (overdue or held back), the
+    earliest moment, where the chunks ended."""
     after, earliest, entries, second, ends = "-infinity", None, 0, 0, []
     bounds = [*until, "infinity"]
     while True:
@@ -170,7 +185,7 @@ def count_in_chunks(
         earliest = earliest or first
         entries += chunk_entries
         second += chunk_second
-        if chunk_entries >= chunk:
+        if chunk is not None and chunk_entries >= chunk:
             after = last  # the chunk was full: what is left up to the bound comes next
         elif len(bounds) > 1:
             after = bounds.pop(0)

@@ -22,7 +22,18 @@ HELD_BACK = HELD_BACK_BY.format(left="true")
 OBJECT_TAKEN = """po.status = 'Delisted' AND po.updated_at < %(cutoff)s
                  AND (%(kept_from_at)s::timestamptz IS NULL
                       OR (po.updated_at, po.id) < (%(kept_from_at)s, %(kept_from_id)s::uuid))"""
-HELD_BACK_AFTER_TAKEN = HELD_BACK_BY.format(left=f"NOT ({OBJECT_TAKEN})")
+# The objects such a run leaves, the complement of OBJECT_TAKEN, as ranges of the index (project_id, status,
+# updated_at): a probe per range goes straight to the objects left, where a probe for NOT (OBJECT_TAKEN) walked every
+# taken object of the project (the held-back count of the admin page at 1M cards: 9 ms, 4.4 ms in ranges). Any other
+# status is two ranges, as `<>` is none; a NULL boundary leaves no overdue object (the comparison is NULL).
+OBJECTS_LEFT = (
+    "po.status < 'Delisted'",
+    "po.status > 'Delisted'",
+    "po.status = 'Delisted' AND po.updated_at >= %(cutoff)s",
+    """po.status = 'Delisted' AND po.updated_at < %(cutoff)s
+                 AND (po.updated_at, po.id) >= (%(kept_from_at)s, %(kept_from_id)s::uuid)""",
+)
+HELD_BACK_AFTER_TAKEN = "(" + "\n     OR ".join(HELD_BACK_BY.format(left=left) for left in OBJECTS_LEFT) + ")"
 
 
 # Rows a candidate scan reads per statement: probing each one's card, or a project's objects, by key keeps a chunk

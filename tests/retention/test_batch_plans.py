@@ -10,7 +10,7 @@ import pytest
 from django.db import connection
 
 from catalog.demo_data import seed_demo_data
-from retention.backlog import COUNT_CHUNK, COUNT_DELISTED, measure_backlog
+from retention.backlog import COUNT_CHUNK, delisted_statement, measure_backlog
 from retention.phases import (
     ORPHAN_BUILDING_OVERRIDES, ORPHAN_OBJECT_OVERRIDES, SCAN_CHUNK, PROJECTS, PROPERTY_OBJECTS,
 )
@@ -142,7 +142,7 @@ def test_the_end_count_reads_only_the_overdue_entries_of_the_partial_indexes(dem
 
     read = tuple(
         rows_read_from(f"{cards}_delisted_updated_at_idx",
-                       plan_nodes(COUNT_DELISTED.format(cards=cards), params, analyze=True))
+                       plan_nodes(delisted_statement(cards, in_chunks=True), params, analyze=True))
         for cards in ("property_object_cards", "project_cards")
     )
 

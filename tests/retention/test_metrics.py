@@ -275,7 +275,7 @@ def test_stopped_and_has_more_runs_are_counted_by_outcome(textfile, limits, outc
 
 def backlog_counts(queries) -> list[str]:
     """The backlog counts a run made: the statements counting the Delisted property objects, one chunk each on a
-    small catalog (retention.backlog.COUNT_DELISTED)."""
+    small catalog (retention.backlog.delisted_statement)."""
     return [q["sql"] for q in queries.captured_queries
             if "SELECT id, updated_at FROM catalog.property_object_cards" in q["sql"]]
 
