@@ -48,9 +48,11 @@ class Phase:
     `batch_sql` is a batch on the happy path, one statement: lock the batch FOR UPDATE SKIP LOCKED, delete it and
     its overrides, return the counts and the session it ran on. Only a batch that failed for a data reason is
     redone in parts, with `lock_sql` (its ids and row addresses) and `delete_sql` (a part, by row address).
-    A batch resumes after the last row of the phase's previous batch (after_at, after_id: the key it returns;
-    `first_key`, before every row, at first), so that no batch reads again the index entries of the rows the
-    batches before it deleted; a row skipped because another transaction held it is left to the next run.
+    A batch resumes after the last row of the batch before the phase's previous one (after_at, after_id: the key
+    a batch returns; `first_key`, before every row, at first). So it passes once over the index entries of the rows
+    the previous batch deleted, while their pages are in memory, which marks them dead for the end count and the
+    next run, and never over those of the batches before (docs/benchmark-findings.md). A row skipped because
+    another transaction held it through two batches is left to the next run.
     `scan_sql` (projects, orphans) finds the candidates the batches take, in chunks of SCAN_CHUNK, outside any
     row-locking transaction: the probes that tell a candidate run there, and a batch re-checks only the candidates
     it locks. Its parameters: after_at and after_id (where the previous chunk ended; `first_key` at first), chunk,

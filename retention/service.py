@@ -486,7 +486,7 @@ def run_phases(run: Run, on_batch: Callable[[int], None]) -> None:
     last_batch_seconds = None
     for phase in PHASES:
         scan = CandidateScan(phase) if phase.scan_sql else None
-        after = phase.first_key
+        resume_after = last_key = phase.first_key  # where a batch resumes (retention.phases, Phase), where it got
         while True:
             if last_batch_seconds is not None:
                 run.stop.sleep(run.limits.batch_pause.total_seconds()
@@ -498,14 +498,15 @@ def run_phases(run: Run, on_batch: Callable[[int], None]) -> None:
                 break  # the scan found no candidate left
             started = time.monotonic()
             try:
-                outcome = delete_batch(run, phase, after, only_ids)
+                outcome = delete_batch(run, phase, resume_after, only_ids)
             except BatchRefused as refusal:
                 outcome = isolate_culprits(run, phase, refusal)
                 stop_if_systemic(run, phase, outcome, refusal.error)
             else:
                 run.refused_batches = 0
-            # A redone batch (culprits) resumes from where it began: its culprits are skipped, the rest is gone.
-            after = outcome.last_key or after
+            # After a redone batch (culprits) the next resumes as it did: its culprits are skipped, the rest is gone.
+            if outcome.last_key:
+                resume_after, last_key = last_key, outcome.last_key
             # The pause rests the database after work; an empty selection (a phase ran dry) did none.
             last_batch_seconds = time.monotonic() - started if outcome.selected else None
             if outcome.selected:

@@ -365,21 +365,25 @@ def test_restore_holding_the_row_lock_wins_and_the_card_survives():
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_card_skipped_while_held_is_left_to_the_next_run_and_no_later_batch_reads_it_again():
-    cards = cards_aged_in_order(6)
+def test_a_card_skipped_by_two_batches_is_left_to_the_next_run_and_no_later_batch_reads_it_again():
+    cards = cards_aged_in_order(7)
     holder = psycopg.connect(database_url_of_tests())
     holder.execute("SELECT FROM catalog.property_object_cards WHERE id = %s FOR UPDATE", [cards[1].id])
+    batches = []
 
-    def release_after_the_first_batch(deleted):
-        holder.rollback()  # free again before the second batch, which resumes after the first batch's last card
+    def release_after_the_second_batch(deleted):
+        batches.append(deleted)
+        if len(batches) == 2:
+            holder.rollback()  # free from the third batch on, which resumes after the first batch's last card
 
     try:
-        result = purge(now=NOW, batch_size=2, on_batch=release_after_the_first_batch)
+        result = purge(now=NOW, batch_size=2, on_batch=release_after_the_second_batch)
     finally:
         holder.close()
 
-    # Batch 1 took cards 0 and 2, batch 2 cards 3 and 4, batch 3 card 5.
-    assert result.deleted_property_object_cards == 5 and result.batches_processed == 3
+    # Batch 1 took cards 0 and 2, batch 2 (from the start again) 3 and 4, batch 3 (after card 2) 5 and 6, batch 4
+    # (after card 4) none.
+    assert result.deleted_property_object_cards == 6 and result.batches_processed == 3
     assert list(PropertyObjectCard.objects.values_list("id", flat=True)) == [cards[1].id]
     assert result.stop_reason == StopReason.COMPLETED and result.has_more is True
 
