@@ -50,7 +50,7 @@ def parse_args() -> argparse.Namespace:
                         help="--batch-pause-factor values for 5, where purge_delisted has the option; the first "
                              "one is the live-read target's (else the first pause)")
     parser.add_argument("--live-rounds", type=int, default=4, help="rounds per purge in 3 and 5")
-    parser.add_argument("--peer-rounds", type=int, default=3, help="rounds per purge in 6")
+    parser.add_argument("--peer-rounds", type=int, default=5, help="rounds per purge in 6")
     # 3,200 reads at 400/s: with 4 s (1,600) a round's idle p99 alone moved by ±20 % between rounds.
     parser.add_argument("--idle-seconds", type=float, default=8.0, help="the load alone before each purge")
     parser.add_argument("--reads-per-second", type=int, default=400)
