@@ -30,10 +30,10 @@ KINDS = {"property_object_cards": "property_objects", "project_cards": "projects
 # A count's statement: its entries (`entries`, after `after` up to `until`), the second count among them (overdue or
 # held back), the first and the last moment. A chunk (`ENTRIES_OF` with `A_CHUNK`) is the first `chunk` entries after
 # the last chunk's end, and every card sharing the moment of its last one (WITH TIES: a cascade's cards never
-# straddle two chunks). One index-only pass either way; the limit and its ties cost a count of everything in one
-# statement (the admin page's) a fifth of its time, so that one goes without. An end count passes as `until` the
-# ends of the start count's chunks: the entries of the cards a run deleted are still in the index, and a chunk of
-# "the next 50,000 entries still there" would read all of them in one statement.
+# straddle two chunks). One index-only pass either way; a count of everything in one statement (the admin page's)
+# goes without the limit and its ties, which cost it time (docs/benchmark-findings.md). An end count passes as
+# `until` the ends of the start count's chunks: the entries of the cards a run deleted are still in the index, and a
+# chunk of "the next 50,000 entries still there" would read all of them in one statement.
 ENTRIES_OF = """
 SELECT count(*), count(*) FILTER (WHERE {second}), min(updated_at), max(updated_at)
   FROM (SELECT id, updated_at FROM catalog.{cards}

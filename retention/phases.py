@@ -17,15 +17,15 @@ HELD_BACK = HELD_BACK_BY.format(left="true")
 # The objects a run reaching the `objects` oldest overdue ones takes, in the batches' order (updated_at, id): the
 # overdue ones before the keyset boundary `kept_from`, the first overdue object it leaves, which FIRST_OBJECT_KEPT finds
 # through the partial index (updated_at, id) WHERE status = 'Delisted'. A run that leaves none (kept_from NULL) takes
-# every overdue object: the planner then drops the comparison, and the held-back probe reads (project_id, status,
-# updated_at) from its index alone, as the admin page needs.
+# every overdue object, and the planner drops the comparison.
 OBJECT_TAKEN = """po.status = 'Delisted' AND po.updated_at < %(cutoff)s
                  AND (%(kept_from_at)s::timestamptz IS NULL
                       OR (po.updated_at, po.id) < (%(kept_from_at)s, %(kept_from_id)s::uuid))"""
 # The objects such a run leaves, the complement of OBJECT_TAKEN, as ranges of the index (project_id, status,
-# updated_at): a probe per range goes straight to the objects left, where a probe for NOT (OBJECT_TAKEN) walked every
-# taken object of the project (the held-back count of the admin page at 1M cards: 9 ms, 4.4 ms in ranges). Any other
-# status is two ranges, as `<>` is none; a NULL boundary leaves no overdue object (the comparison is NULL).
+# updated_at), read from the index alone: a probe per range goes straight to the objects left, where a probe for
+# NOT (OBJECT_TAKEN) walked every taken object of the project (the admin page's held-back count,
+# docs/benchmark-findings.md). Any other status is two ranges, as `<>` is none; a NULL boundary leaves no overdue
+# object (the comparison is NULL).
 OBJECTS_LEFT = (
     "po.status < 'Delisted'",
     "po.status > 'Delisted'",
@@ -176,9 +176,9 @@ PROPERTY_OBJECTS = phase(
 # its project FOR KEY SHARE, so once the project is locked no object can appear under it, and the function's fresh
 # snapshot sees any that was committed before, even after this statement began (its argument, the batch's ids,
 # is complete only once every row of the batch is locked).
-# The first look at the overdue projects after the objects phase is the slow one (each probe passes over the index
-# entries of the objects just deleted: 83-155 ms for 4,763 projects at 2M cards, docs/benchmark-findings.md): the
-# scan takes it, in chunks, outside the batches' row locks.
+# The first look at the overdue projects after the objects phase is the slow one (each probe visits the heap for every
+# index entry of the objects just deleted, docs/benchmark-findings.md): the scan takes it, in chunks, outside the
+# batches' row locks.
 PROJECTS = phase(
     "projects",
     scan_sql=chunk_scan(
