@@ -32,6 +32,7 @@ MIN_STATEMENT_TIMEOUT = timedelta(seconds=1)
 WATCH_EVERY = 0.05  # seconds between the watcher's looks
 CANCEL_EVERY = 0.5
 GIVE_UP_AFTER = 2.0
+STOP_GRACE = 2.0  # what a read begun after a stop (the end count, the unlock) may take before it is interrupted too
 # PostgreSQL's WARNING when a COMMIT's wait for a synchronous standby is cancelled (syncrep.c): the COMMIT then
 # returns success, the transaction is committed locally.
 SYNC_WAIT_CANCEL_NOTICE = "wait for synchronous replication"
@@ -57,9 +58,11 @@ class StopRequest:
 
     def __init__(self):
         self._requested = False
+        self.requested_at = 0.0
         self._awake = threading.Event()
 
     def request(self) -> None:
+        self.requested_at = time.monotonic()
         self._requested = True
 
     @property
@@ -91,7 +94,7 @@ class Flight:
 
     connection: object  # Django's connection, as the run's thread has it (connections[] is per thread)
     writes: bool  # a batch, a culprit search, the wait for a pooler's server: the deadline ends it too
-    after_stop: bool  # begun after the stop request (the end count): left to its timeouts
+    after_stop: bool  # begun after the stop request (the end count): given STOP_GRACE
     reason: StopReason | None = None  # why the watcher interrupts it
     interrupted: float = 0.0
     cancelled: float = 0.0
@@ -263,7 +266,9 @@ class JobSession(Session):
 
     def _interrupt_if_due(self, flight: Flight) -> None:
         if flight.reason is None:
-            if self.stop.requested and not flight.after_stop:
+            if self.stop.requested and (
+                not flight.after_stop or time.monotonic() - self.stop.requested_at >= STOP_GRACE
+            ):
                 flight.reason = StopReason.STOPPED
             elif flight.writes and self.left() <= timedelta(0):
                 flight.reason = StopReason.MAX_DURATION

@@ -76,3 +76,14 @@ def test_a_cancel_meant_for_a_transaction_that_ended_does_not_reach_the_next_sta
         with session.transaction() as cursor:
             cursor.execute("SELECT pg_sleep(1), 'finished'")
             assert cursor.fetchone()[1] == "finished"
+
+
+def test_a_read_begun_after_the_stop_is_given_a_grace_then_interrupted_too():
+    session = job_session()
+    session.stop.request()
+    started = time.monotonic()
+    with session.running(), pytest.raises(StopRun) as stopped:
+        with session.transaction() as cursor:  # the end count, behind a lock that is never released, say
+            cursor.execute("SELECT pg_sleep(30)")
+    assert stopped.value.reason is StopReason.STOPPED
+    assert 1.5 < time.monotonic() - started < 3.5
