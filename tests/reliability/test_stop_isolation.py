@@ -27,7 +27,7 @@ from tests.support import database_url_of_tests, deletes_refused
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
-TRIALS = 24
+TRIALS = 20  # the issue asks for at least 20; each costs a process start (about a second) and part of an isolation
 STOP_SECONDS = 5  # issue 25: every wait of the job ends at most 5 s after SIGTERM
 BATCH_SIZE = 200
 CLEAN = BATCH_SIZE  # the first batch: overdue cards nobody refuses
