@@ -85,7 +85,7 @@ DURATION_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 900, 1200, 1800, 3600, math
 KINDS = ("property_object", "project")
 BACKLOG_SERIES = tuple((kind, scope) for kind in KINDS for scope in ("delisted", "overdue"))
 # One bound for a run's whole export, all sinks together: a gateway that accepts and never answers costs no more.
-EXPORT_TIMEOUT_SECONDS = 10
+EXPORT_TIMEOUT_SECONDS = 2  # a sink that does not answer must not hold a stopped run past seconds
 BACKLOG_CACHE_SECONDS = 30
 
 

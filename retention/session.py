@@ -60,10 +60,14 @@ class StopRequest:
         self._requested = False
         self.requested_at = 0.0
         self._awake = threading.Event()
+        self.connecting = False  # set by the session while a connection opens
 
     def request(self) -> None:
         self.requested_at = time.monotonic()
         self._requested = True
+        if self.connecting and threading.current_thread() is threading.main_thread():
+            # A signal during a connect: no socket to cancel or shut yet; raised from the handler, this ends the wait.
+            raise StopRun(StopReason.STOPPED)
 
     @property
     def requested(self) -> bool:
@@ -155,16 +159,21 @@ class JobSession(Session):
 
     @contextmanager
     def connecting(self) -> Iterator:
-        """The block opens the connection and runs its first statements, which a pooler may keep waiting for a server
-        without limit: the deadline and a stop end that wait (StopRun)."""
+        """The block opens the connection and runs its first statements, which a server that never answers, or a
+        pooler's queue, may keep waiting: the deadline and a stop end that wait (StopRun)."""
         connection = connections[self.using]
         with self._flying(Flight(connection, writes=True, after_stop=False)) as flight:
             try:
+                self.stop.connecting = connection.connection is None
+                if self.stop.connecting and self.stop.requested:
+                    raise StopRun(StopReason.STOPPED)
                 yield connection
             except DatabaseError as error:
                 if flight.reason:
                     raise StopRun(flight.reason) from error
                 raise
+            finally:
+                self.stop.connecting = False
 
     @contextmanager
     def transaction(self, *, writes: bool = False) -> Iterator:
@@ -172,9 +181,9 @@ class JobSession(Session):
         deadline): StopRun, after a rollback. A writing transaction sends no statement once a stop is requested."""
         if writes:
             self.check()
-        connection = connections[self.using]
-        connection.ensure_connection()
-        session = connection.connection  # Django drops it when it breaks
+        with self.connecting() as connection:
+            connection.ensure_connection()  # again, after Django dropped a connection that broke
+        session = connection.connection
         sync_wait_cancels = []
 
         def notice(diagnostic) -> None:

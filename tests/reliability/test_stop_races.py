@@ -6,6 +6,7 @@ import threading
 import time
 
 import pytest
+from django.db import connection
 
 from catalog.models import PropertyObjectCard
 from retention.results import StopReason
@@ -80,6 +81,7 @@ def test_a_cancel_meant_for_a_transaction_that_ended_does_not_reach_the_next_sta
 
 def test_a_read_begun_after_the_stop_is_given_a_grace_then_interrupted_too():
     session = job_session()
+    connection.ensure_connection()  # as a run's is, by then
     session.stop.request()
     started = time.monotonic()
     with session.running(), pytest.raises(StopRun) as stopped:
