@@ -6,6 +6,8 @@ its sessions `purge_delisted <run_id>` (application_name), which is how a test f
 `pg_stat_activity` and `pg_locks`, as an operator would.
 """
 
+import json
+import signal
 import subprocess
 import time
 import uuid
@@ -24,6 +26,7 @@ from tests.support import PROJECT_ROOT, advisory_lock_holders, manage_command, m
 JOB_APPLICATION_NAME = "purge_delisted %"  # a LIKE pattern
 # A bound for anything a test waits for, so that a broken guarantee fails the test instead of hanging it.
 WAIT_SECONDS = 30
+STOP_SECONDS = 5  # every wait of the job ends at most this long after SIGTERM (docs/how-it-works.md)
 HELD_TITLE = "hold this batch"
 
 T = TypeVar("T")
@@ -185,3 +188,19 @@ class CatalogState:
         assert self.building_overrides == {
             (override, owner) for override, owner in before.building_overrides if owner in self.projects
         }
+
+
+def stopped_within_bound(job: subprocess.Popen) -> tuple[dict | None, str]:
+    """SIGTERM the job and wait for its exit; fails naming how long it ran on when that took over STOP_SECONDS (the
+    job is killed at twice the bound, so that a wait that never ends fails quickly too)."""
+    signalled = time.monotonic()
+    job.send_signal(signal.SIGTERM)
+    try:
+        stdout, stderr = job.communicate(timeout=2 * STOP_SECONDS)
+    except subprocess.TimeoutExpired:
+        job.kill()
+        _, stderr = job.communicate()
+        raise AssertionError(f"still running {2 * STOP_SECONDS}s after SIGTERM; stderr: {stderr[-2000:]}") from None
+    took = time.monotonic() - signalled
+    assert took <= STOP_SECONDS, f"exited {took:.1f}s after SIGTERM (exit {job.returncode}); stderr: {stderr[-2000:]}"
+    return (json.loads(stdout) if stdout.strip() else None), stderr

@@ -1,8 +1,6 @@
 """SIGTERM cancels the statement in flight: a run blocked behind another session's lock ends as `stopped` within
 seconds and releases the advisory lock, for the start count and for the dry run's preview alike."""
 
-import json
-import signal
 
 import psycopg
 import pytest
@@ -10,7 +8,9 @@ import pytest
 from catalog.models import PropertyObjectCard
 from tests.factories import PropertyObjectCardFactory
 from tests.support import database_url_of_tests
-from tests.reliability.support import WAIT_SECONDS, job_backend_pids, job_lock_holders, query, start_purge, wait_for
+from tests.reliability.support import (
+    job_backend_pids, job_lock_holders, query, start_purge, stopped_within_bound, wait_for,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -31,11 +31,10 @@ def test_sigterm_cancels_a_blocked_statement_and_the_run_ends_stopped(options):
         other_session.execute("LOCK TABLE catalog.property_object_cards IN ACCESS EXCLUSIVE MODE")
         job = start_purge(*options, **NO_TIMEOUTS)
         wait_for(waiting_on_a_lock, what="the job to wait behind the table lock")
-        job.send_signal(signal.SIGTERM)
-        stdout, stderr = job.communicate(timeout=WAIT_SECONDS)  # while the table lock is still held
+        result, stderr = stopped_within_bound(job)  # while the table lock is still held
 
     assert job.returncode == 0, stderr
-    assert json.loads(stdout)["stop_reason"] == "stopped"
+    assert result["stop_reason"] == "stopped"
     assert job_lock_holders() == []
 
 
@@ -43,10 +42,8 @@ def test_sigterm_during_a_long_batch_pause_ends_the_run_at_once():
     PropertyObjectCardFactory.create_batch(3, long_delisted=True)
     job = start_purge("--json", "--batch-size", "1", "--batch-pause-ms", "60000")
     wait_for(lambda: PropertyObjectCard.objects.count() == 2, what="the first batch")
-    job.send_signal(signal.SIGTERM)
 
-    stdout, stderr = job.communicate(timeout=10)  # far less than the pause
+    result, stderr = stopped_within_bound(job)  # far less than the pause
 
     assert job.returncode == 0, stderr
-    result = json.loads(stdout)
     assert (result["stop_reason"], result["deleted_property_object_cards"]) == ("stopped", 1)

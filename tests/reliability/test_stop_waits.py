@@ -1,4 +1,4 @@
-"""Waits of the job that a SIGTERM must end within STOP_SECONDS (issue 25), besides those other tests cover: the
+"""Waits of the job that a SIGTERM must end within STOP_SECONDS (tests/reliability/support.py), besides those other tests cover: the
 connection to a database server that never answers, the count at the end of a run that a migration's table lock
 holds up after the signal, and the metrics export to a Pushgateway that never answers. Each is seen from outside:
 the process, its exit status and its `--json` result.
@@ -8,12 +8,8 @@ Covered elsewhere: the start count and the dry run's preview behind a lock, the 
 lagging standby (test_replica_lag.py), a statement waiting for a saturated pool's server (test_pooler_detection.py),
 a culprit isolation (test_stop_isolation.py)."""
 
-import json
-import signal
 import socket
-import subprocess
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -21,30 +17,15 @@ import psycopg
 import pytest
 
 from tests.factories import PropertyObjectCardFactory
-from tests.reliability.support import HELD_TITLE, WAIT_SECONDS, held_batch, query, start_purge, wait_for
+from tests.reliability.support import (
+    HELD_TITLE, WAIT_SECONDS, held_batch, query, start_purge, stopped_within_bound, wait_for,
+)
 from tests.support import database_url_of_tests
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
-STOP_SECONDS = 5  # issue 25: every wait of the job ends at most 5 s after SIGTERM
 # An operator's longer lock timeout, within its range: the stop, not the timeout, must end a wait.
 LONG_LOCK_TIMEOUT = {"DELISTED_RETENTION_LOCK_TIMEOUT_MS": "60000"}
-
-
-def stopped_within_bound(job: subprocess.Popen) -> tuple[dict | None, str]:
-    """SIGTERM the job and wait for its exit; fails naming how long it ran on when that took over STOP_SECONDS (the
-    job is killed at twice the bound, so that a wait that never ends fails quickly too)."""
-    signalled = time.monotonic()
-    job.send_signal(signal.SIGTERM)
-    try:
-        stdout, stderr = job.communicate(timeout=2 * STOP_SECONDS)
-    except subprocess.TimeoutExpired:
-        job.kill()
-        _, stderr = job.communicate()
-        raise AssertionError(f"still running {2 * STOP_SECONDS}s after SIGTERM; stderr: {stderr[-2000:]}") from None
-    took = time.monotonic() - signalled
-    assert took <= STOP_SECONDS, f"exited {took:.1f}s after SIGTERM (exit {job.returncode}); stderr: {stderr[-2000:]}"
-    return (json.loads(stdout) if stdout.strip() else None), stderr
 
 
 @contextmanager
