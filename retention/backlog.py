@@ -23,6 +23,7 @@ from retention.session import Session
 # long whatever the backlog (one statement over 500k entries took 0.2 s at 2M cards, docs/benchmark-findings.md).
 COUNT_CHUNK = 50_000
 HELD_BACK_CHUNK = 2_000
+CUTOFF = "SELECT coalesce(%(now)s, now()) - %(retention)s"
 KINDS = {"property_object_cards": "property_objects", "project_cards": "projects"}  # table: Backlog field
 # A count's statement: its entries (`entries`, after `after` up to `until`), the second count among them (overdue or
 # held back), the first and the last moment. A chunk (`ENTRIES_OF` with `A_CHUNK`) is the first `chunk` entries after
@@ -117,7 +118,7 @@ class Backlog:
 def compute_cutoff(session: Session, retention: timedelta, now: datetime | None = None) -> datetime:
     """`now() - retention` on the database clock (`now` replaces that clock in tests only)."""
     with session.transaction() as cursor:
-        cursor.execute("SELECT coalesce(%s, now()) - %s", [now, retention])
+        cursor.execute(CUTOFF, {"now": now, "retention": retention})
         return cursor.fetchone()[0]
 
 

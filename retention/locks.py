@@ -50,6 +50,8 @@ WITH held AS MATERIALIZED (
 SELECT pg_backend_pid(), set_config(%(marker_name)s, %(marker)s, false), already, pg_try_advisory_lock(%(key)s)
   FROM held
 """
+UNLOCK = "SELECT pg_advisory_unlock(%(key)s)"
+BACKEND_PID = "SELECT pg_backend_pid()"  # the server session's, through a pooler too
 QUERY_WAIT_TIMEOUT_ERROR = "query_wait_timeout"  # PgBouncer: a client waited that long for a server
 
 
@@ -110,7 +112,7 @@ def refuse_a_pooler(session: JobSession) -> None:
         with session.connecting() as connection:
             connection.ensure_connection()  # Django's first statements (the time zone) may wait for a server too
             with connection.cursor() as cursor:
-                cursor.execute("SELECT pg_backend_pid()")
+                cursor.execute(BACKEND_PID)
                 backend_pid = cursor.fetchone()[0]
     except StopRun as stop:
         if stop.reason is StopReason.MAX_DURATION:
@@ -127,7 +129,7 @@ def refuse_a_pooler(session: JobSession) -> None:
 def release(session: JobSession, name: str, key: int) -> None:
     try:
         with session.transaction() as cursor:
-            cursor.execute("SELECT pg_advisory_unlock(%s)", [key])
+            cursor.execute(UNLOCK, {"key": key})
             if not cursor.fetchone()[0]:
                 logger.error("advisory lock was not held by this session at release", extra={"lock": name})
     except DatabaseError:  # the connection broke just now: a session lock goes with its session

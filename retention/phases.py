@@ -90,6 +90,10 @@ def phase(name: str, *, select_batch: str, delete: str, moment: str, id_type: st
     )
 
 
+# A refused batch's rows (lock_sql's arrays), one (id, row address) a row, for the culprit search to split.
+BATCH_ROWS = "SELECT unnest(%(ids)s::text[]), unnest(%(row_addresses)s::tid[])::text"
+
+
 def after_key(moment: str, id_type: str, *, at: str = "%(after_at)s::timestamptz") -> str:
     """The rows after the key (`at`, after_id) in (moment, id) order: an index condition on (moment, id)."""
     return f"({moment}, id) > ({at}, %(after_id)s::{id_type})"

@@ -41,7 +41,7 @@ from retention.limits import PurgeLimits
 from retention.locks import PooledSessionError, PoolSaturated, advisory_lock, prove_holder
 from retention.metrics import RunMetrics
 from retention.pacing import ReplicaLagHidden, wait_for_replicas
-from retention.phases import CARD_PHASES, PHASES, PROJECTS, PROPERTY_OBJECTS, SCAN_CHUNK, Phase
+from retention.phases import BATCH_ROWS, CARD_PHASES, PHASES, PROJECTS, PROPERTY_OBJECTS, SCAN_CHUNK, Phase
 from retention.preview import preview_purge
 from retention.results import Culprit, Outcome, PurgeFailed, PurgeResult, StopReason
 from retention.session import SYNC_WAIT_CANCELLED_MESSAGE, JobSession, StopRequest, StopRun, sqlstate
@@ -402,7 +402,7 @@ def isolate_culprits(run: Run, phase: Phase, refusal: BatchRefused) -> BatchOutc
         selected, batch_ids, row_addresses, backend_pid, marker = cursor.fetchone()
         prove_holder(run.session, backend_pid, marker)
         log_batch_failure(run, phase, refusal.error, parse_array(batch_ids) if batch_ids else [])
-        cursor.execute("SELECT unnest(%s::text[]), unnest(%s::tid[])::text", [batch_ids or "{}", row_addresses or "{}"])
+        cursor.execute(BATCH_ROWS, {"ids": batch_ids or "{}", "row_addresses": row_addresses or "{}"})
         pending = [(cursor.fetchall(), refusal.error)] if selected else []
         while pending:
             cards, error = pending.pop()

@@ -33,6 +33,17 @@ WATCH_EVERY = 0.05  # seconds between the watcher's looks
 CANCEL_EVERY = 0.5
 GIVE_UP_AFTER = 2.0
 STOP_GRACE = 2.0  # what a read begun after a stop (the end count, the unlock) may take before it is interrupted too
+SET_SESSION_TIMEOUTS = """
+SELECT set_config('statement_timeout', %(statement_timeout)s, false),
+       set_config('lock_timeout', %(lock_timeout)s, false),
+       set_config('application_name', %(application_name)s, false)
+"""
+SET_TRANSACTION_TIMEOUTS = """
+SELECT set_config('statement_timeout', %(statement_timeout)s, true), set_config('lock_timeout', %(lock_timeout)s, true)
+"""
+RESET_TIMEOUTS = """
+SELECT set_config(name, reset_val, false) FROM pg_settings WHERE name IN ('statement_timeout', 'lock_timeout')
+"""
 # PostgreSQL's WARNING when a COMMIT's wait for a synchronous standby is cancelled (syncrep.c): the COMMIT then
 # returns success, the transaction is committed locally.
 SYNC_WAIT_CANCEL_NOTICE = "wait for synchronous replication"
@@ -220,28 +231,18 @@ class JobSession(Session):
             self.unconfirmed_commit = True
             logger.warning(SYNC_WAIT_CANCELLED_MESSAGE)
 
-    def statement_timeout_now(self) -> int:
-        return milliseconds(max(MIN_STATEMENT_TIMEOUT, min(self.statement_timeout, self.left())))
-
     def _bound(self, cursor, session) -> None:
         """The timeouts (ms): settings of the session, set with its application name by its first transaction;
         a later transaction sets them for itself (SET LOCAL) only once the time left is below them."""
-        statement_timeout = self.statement_timeout_now()
+        statement_timeout = milliseconds(max(MIN_STATEMENT_TIMEOUT, min(self.statement_timeout, self.left())))
         lock_timeout = min(milliseconds(self.lock_timeout), statement_timeout)
-        if self._timeouts is not None and self._timeouts[0] is session:
-            if (statement_timeout, lock_timeout) >= self._timeouts[1:]:
-                return
-            cursor.execute(
-                "SELECT set_config('statement_timeout', %s, true), set_config('lock_timeout', %s, true)",
-                [f"{statement_timeout}ms", f"{lock_timeout}ms"],
-            )
-            return
-        cursor.execute(
-            "SELECT set_config('statement_timeout', %s, false), set_config('lock_timeout', %s, false),"
-            " set_config('application_name', %s, false)",
-            [f"{statement_timeout}ms", f"{lock_timeout}ms", self.application_name],
-        )
-        self._timeouts = (session, statement_timeout, lock_timeout)
+        params = {"statement_timeout": f"{statement_timeout}ms", "lock_timeout": f"{lock_timeout}ms",
+                  "application_name": self.application_name}
+        if self._timeouts is None or self._timeouts[0] is not session:
+            cursor.execute(SET_SESSION_TIMEOUTS, params)
+            self._timeouts = (session, statement_timeout, lock_timeout)
+        elif (statement_timeout, lock_timeout) < self._timeouts[1:]:
+            cursor.execute(SET_TRANSACTION_TIMEOUTS, params)
 
     def _reset_timeouts(self) -> None:
         connection = connections[self.using]
@@ -249,8 +250,7 @@ class JobSession(Session):
             return  # nothing set, or set on a session that is gone
         try:
             with connection.cursor() as cursor:
-                cursor.execute("SELECT set_config(name, reset_val, false) FROM pg_settings"
-                               " WHERE name IN ('statement_timeout', 'lock_timeout')")
+                cursor.execute(RESET_TIMEOUTS)
         except DatabaseError as error:
             logger.warning("could not reset the session's timeouts: %s", error)
         self._timeouts = None

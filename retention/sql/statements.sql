@@ -1,3 +1,31 @@
+-- session: its timeouts
+SELECT set_config('statement_timeout', %(statement_timeout)s, false),
+       set_config('lock_timeout', %(lock_timeout)s, false),
+       set_config('application_name', %(application_name)s, false);
+
+-- session: a transaction's shorter timeouts
+SELECT set_config('statement_timeout', %(statement_timeout)s, true), set_config('lock_timeout', %(lock_timeout)s, true);
+
+-- session: its timeouts reset
+SELECT set_config(name, reset_val, false) FROM pg_settings WHERE name IN ('statement_timeout', 'lock_timeout');
+
+-- pooler probe
+SELECT pg_backend_pid();
+
+-- advisory lock
+WITH held AS MATERIALIZED (
+    SELECT EXISTS (SELECT FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid() AND granted
+                      AND classid = %(classid)s AND objid = %(objid)s AND objsubid = 1) AS already
+)
+SELECT pg_backend_pid(), set_config(%(marker_name)s, %(marker)s, false), already, pg_try_advisory_lock(%(key)s)
+  FROM held;
+
+-- advisory unlock
+SELECT pg_advisory_unlock(%(key)s);
+
+-- cutoff
+SELECT coalesce(%(now)s, now()) - %(retention)s;
+
 -- orphan_property_object_overrides.scan_sql
 WITH chunk AS (
     SELECT id, created_at, property_object_id AS card_id FROM catalog.property_object_display_overrides
@@ -344,13 +372,8 @@ SELECT (SELECT count(*) FROM catalog.property_object_display_overrides
          WHERE property_object_id IN (SELECT id FROM taken_objects)),
        (SELECT count(*) FROM catalog.building_display_overrides WHERE project_id IN (SELECT id FROM taken_projects));
 
--- advisory lock
-WITH held AS MATERIALIZED (
-    SELECT EXISTS (SELECT FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid() AND granted
-                      AND classid = %(classid)s AND objid = %(objid)s AND objsubid = 1) AS already
-)
-SELECT pg_backend_pid(), set_config(%(marker_name)s, %(marker)s, false), already, pg_try_advisory_lock(%(key)s)
-  FROM held;
+-- culprit search: a refused batch's rows
+SELECT unnest(%(ids)s::text[]), unnest(%(row_addresses)s::tid[])::text;
 
 -- replica lag
 SELECT count(*),

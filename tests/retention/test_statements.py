@@ -6,13 +6,21 @@ import os
 import textwrap
 from pathlib import Path
 
-from retention import backlog, locks, pacing, phases
+from retention import backlog, locks, pacing, phases, session
 
 PINNED = Path(backlog.__file__).parent / "sql" / "statements.sql"
 
 
 def statements() -> dict[str, str]:
-    rendered = {}
+    rendered = {
+        "session: its timeouts": session.SET_SESSION_TIMEOUTS,
+        "session: a transaction's shorter timeouts": session.SET_TRANSACTION_TIMEOUTS,
+        "session: its timeouts reset": session.RESET_TIMEOUTS,
+        "pooler probe": locks.BACKEND_PID,
+        "advisory lock": locks.TAKE_LOCK,
+        "advisory unlock": locks.UNLOCK,
+        "cutoff": backlog.CUTOFF,
+    }
     for phase in phases.PHASES:
         for kind in ("scan_sql", "batch_sql", "lock_sql", "delete_sql"):
             if statement := getattr(phase, kind):
@@ -26,7 +34,7 @@ def statements() -> dict[str, str]:
     rendered["dry run: first object kept"] = phases.FIRST_OBJECT_KEPT
     rendered["dry run: held back after"] = phases.HELD_BACK_AFTER
     rendered["dry run: overrides of taken"] = phases.OVERRIDES_OF_TAKEN
-    rendered["advisory lock"] = locks.TAKE_LOCK
+    rendered["culprit search: a refused batch's rows"] = phases.BATCH_ROWS
     rendered["replica lag"] = pacing.REPLICA_LAG
     return rendered
 
