@@ -71,6 +71,14 @@ class LastRun:
     run_id: str | None
     trace_id: str | None
 
+    @property
+    def took(self) -> str:
+        if self.duration_seconds < 1:
+            return "under a second"
+        if self.duration_seconds < 120:
+            return f"{self.duration_seconds:.0f} seconds"
+        return f"{self.duration_seconds / 60:.0f} minutes"
+
 
 def moment(timestamp: float | None) -> datetime | None:
     return None if timestamp is None else datetime.fromtimestamp(timestamp, UTC)
