@@ -15,24 +15,11 @@ from django.template.response import TemplateResponse
 from django.urls import path
 
 from catalog.admin import ReadOnlyAdmin
+from retention import metrics
 from retention.backlog import compute_cutoff, count_becoming_deletable, measure_backlog
 from retention.chart import CHART_DAYS, BacklogChart, backlog_chart
 from retention.limits import PurgeLimits, PurgeLimitsError, settings_rows
-from retention.metrics import (
-    BACKLOG,
-    LAST_LOCK_BUSY,
-    LAST_RUN,
-    LAST_RUN_BATCHES,
-    LAST_RUN_DELETED_CARDS,
-    LAST_RUN_DELETED_OVERRIDES,
-    LAST_RUN_DURATION,
-    LAST_RUN_INFO,
-    LAST_RUN_OUTCOME,
-    LAST_SUCCESS,
-    RUN_OUTCOMES,
-    Reading,
-    configured_sinks,
-)
+from retention.metrics import Reading, configured_sinks
 from retention.models import DelistedRetention
 from retention.preview import held_back_after, preview_run
 from retention.results import Outcome
@@ -85,28 +72,34 @@ def moment(timestamp: float | None) -> datetime | None:
 
 
 def last_run_of(reading: Reading, source: str) -> LastRun | None:
-    ended = reading.value(LAST_RUN)
-    outcome = next((name for name in RUN_OUTCOMES if reading.value(LAST_RUN_OUTCOME, outcome=name) == 1), None)
+    ended = reading.value(metrics.LAST_RUN)
+    outcome = next(
+        (name for name in metrics.RUN_OUTCOMES if reading.value(metrics.LAST_RUN_OUTCOME, outcome=name) == 1), None
+    )
     if ended is None or outcome is None:
         return None
+
+    def count(name: str, **labels: str) -> int:
+        return int(reading.value(name, **labels) or 0)
+
     own_count = outcome in OUTCOMES_WITH_A_RESULT
-    info = reading.labels(LAST_RUN_INFO) or {}
-    skipped = reading.value(LAST_LOCK_BUSY)
+    info = reading.labels(metrics.LAST_RUN_INFO) or {}
+    skipped = reading.value(metrics.LAST_LOCK_BUSY)
     return LastRun(
         source=source,
         outcome=outcome,
         wording=OUTCOME_WORDING[outcome],
         ended_at=moment(ended),
-        duration_seconds=reading.value(LAST_RUN_DURATION) or 0.0,
-        batches=int(reading.value(LAST_RUN_BATCHES) or 0),
-        deleted_property_object_cards=int(reading.value(LAST_RUN_DELETED_CARDS, kind="property_object") or 0),
-        deleted_project_cards=int(reading.value(LAST_RUN_DELETED_CARDS, kind="project") or 0),
-        deleted_overrides=int(reading.value(LAST_RUN_DELETED_OVERRIDES) or 0),
+        duration_seconds=reading.value(metrics.LAST_RUN_DURATION) or 0.0,
+        batches=count(metrics.LAST_RUN_BATCHES),
+        deleted_property_object_cards=count(metrics.LAST_RUN_DELETED_CARDS, kind="property_object"),
+        deleted_project_cards=count(metrics.LAST_RUN_DELETED_CARDS, kind="project"),
+        deleted_overrides=count(metrics.LAST_RUN_DELETED_OVERRIDES),
         overdue_property_objects_left=(
-            int(reading.value(BACKLOG, kind="property_object", scope="overdue") or 0) if own_count else None
+            count(metrics.BACKLOG, kind="property_object", scope="overdue") if own_count else None
         ),
-        overdue_projects_left=int(reading.value(BACKLOG, kind="project", scope="overdue") or 0) if own_count else None,
-        last_success_at=moment(reading.value(LAST_SUCCESS)),
+        overdue_projects_left=count(metrics.BACKLOG, kind="project", scope="overdue") if own_count else None,
+        last_success_at=moment(reading.value(metrics.LAST_SUCCESS)),
         skipped_at=moment(skipped) if skipped is not None and skipped > ended else None,
         run_id=info.get("run_id") or None,
         trace_id=info.get("trace_id") or None,

@@ -119,8 +119,9 @@ def test_staff_log_in_and_see_the_backlog_limits_and_preview_the_database_and_a_
     last_run = rows_by_heading(page, "#last-run")
     assert last_run["Result"] == "Stopped at its nightly limit: the overdue cards left wait for the next night"
     assert last_run["Deleted"] == (
-        f"{demo_night.deleted_property_object_cards:,} property objects, {demo_night.deleted_project_cards:,} projects, "
-        f"{demo_night.deleted_overrides:,} display overrides, in {MAX_BATCHES} batches"
+        f"{demo_night.deleted_property_object_cards:,} property objects, "
+        f"{demo_night.deleted_project_cards:,} projects, {demo_night.deleted_overrides:,} display overrides, "
+        f"in {MAX_BATCHES} batches"
     )
     assert last_run["Took"] == "under a second"
 

@@ -72,7 +72,8 @@ def test_each_alert_links_its_runbook_on_the_configured_base(rule):
 def test_every_alert_fires_for_its_instance_in_the_unit_tests():
     """An environment's alert must say which environment: each alert's firing cases name an instance (bar the one
     case of no metrics at all, where absent() has none to name)."""
-    cases = [case for test in yaml.safe_load(RULES_TESTS.read_text())["tests"] for case in test.get("alert_rule_test", [])]
+    tests = yaml.safe_load(RULES_TESTS.read_text())["tests"]
+    cases = [case for test in tests for case in test.get("alert_rule_test", [])]
     with_instance = {
         case["alertname"] for case in cases for alert in case["exp_alerts"] if "instance" in alert["exp_labels"]
     }
