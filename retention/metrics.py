@@ -36,6 +36,7 @@ from config.logging import RunLog
 from retention.backlog import Backlog, compute_cutoff, measure_backlog
 from retention.limits import PurgeLimits
 from retention.results import SUCCESSFUL_OUTCOMES, Outcome, PurgeResult
+from retention.session import Session
 
 logger = logging.getLogger(__name__)
 
@@ -321,7 +322,8 @@ class BacklogCollector(Collector):
     def measure_now(self) -> Backlog | None:
         try:
             retention = PurgeLimits.from_settings().retention
-            return measure_backlog(cutoff=compute_cutoff(retention, None))
+            session = Session()
+            return measure_backlog(session, cutoff=compute_cutoff(session, retention))
         except Exception as error:
             # A scrape must not fail: the series are absent until the next measurement works.
             logger.warning("catalog_delisted_backlog not measured: %s", error)

@@ -69,14 +69,14 @@ class Phase:
 
 
 # The statements of a phase are built from two parts: `select_batch`, the SELECT of a batch's rows (id, ctid and
-# the `moment` of its key) with its ORDER BY and LIMIT, and `delete`, the DELETE ... RETURNING of the rows at
-# {row_addresses} with their overrides ({ids}: theirs), ending in the CTE `deleted_overrides` and (card phases)
-# `deleted_cards`. Parameters: cutoff, batch_size, after_at and after_id (the key the batch resumes after), only_ids
-# (NULL, or the ids a batch is limited to: a scan's candidates, the batch a culprit search redoes), skipped_ids
-# (culprits of this run). The row addresses (`ctid`) of locked rows cannot change while this transaction holds their
-# row locks: no UPDATE or DELETE can touch them, and VACUUM never moves a live row.
-def phase(name: str, *, select_batch: str, delete: str, moment: str, first_key: tuple, deleted_cards: str | None,
-          deleted_overrides: str, scan_sql: str | None = None) -> Phase:
+# the `moment` of its key) with its ORDER BY and LIMIT, and `delete`, the DELETE ... RETURNING of the rows of the CTE
+# `batch` with their overrides, ending in the CTE `deleted_overrides` and (card phases) `deleted_cards`. Parameters:
+# cutoff, batch_size, after_at and after_id (the key the batch resumes after), only_ids (NULL, or the ids a batch is
+# limited to: a scan's candidates), skipped_ids (culprits of this run); a part of a culprit search: row_addresses and
+# ids. The row addresses (`ctid`) of locked rows cannot change while this transaction holds their row locks: no
+# UPDATE or DELETE can touch them, and VACUUM never moves a live row. Every statement, rendered: retention/sql/.
+def phase(name: str, *, select_batch: str, delete: str, moment: str, id_type: str, first_key: tuple,
+          deleted_cards: str | None, deleted_overrides: str, scan_sql: str | None = None) -> Phase:
     counts = "(SELECT count(*) FROM deleted_cards)" if deleted_cards else "0"
     return Phase(
         name=name,
@@ -87,12 +87,15 @@ def phase(name: str, *, select_batch: str, delete: str, moment: str, first_key: 
               FROM ({select_batch} FOR UPDATE SKIP LOCKED) AS batch
         """,
         delete_sql=f"""
-            WITH {delete.format(row_addresses="%(row_addresses)s::tid[]", ids="%(ids)s::uuid[]")}
+            WITH batch AS (
+                SELECT unnest(%(row_addresses)s::tid[]) AS ctid, unnest(%(ids)s::{id_type}[]) AS id
+            ),
+            {delete}
             SELECT {counts}, (SELECT count(*) FROM deleted_overrides)
         """,
         batch_sql=f"""
             WITH batch AS ({select_batch} FOR UPDATE SKIP LOCKED),
-            {delete.format(row_addresses="ARRAY(SELECT ctid FROM batch)", ids="ARRAY(SELECT id FROM batch)")},
+            {delete},
             last AS (
                 SELECT {moment}, id FROM batch ORDER BY {moment} DESC, id DESC LIMIT 1
             )
@@ -107,9 +110,9 @@ def phase(name: str, *, select_batch: str, delete: str, moment: str, first_key: 
     )
 
 
-def after_key(moment: str, id_type: str) -> str:
-    """The rows after the key (after_at, after_id) in (moment, id) order: an index condition on (moment, id)."""
-    return f"({moment}, id) > (%(after_at)s::timestamptz, %(after_id)s::{id_type})"
+def after_key(moment: str, id_type: str, *, at: str = "%(after_at)s::timestamptz") -> str:
+    """The rows after the key (`at`, after_id) in (moment, id) order: an index condition on (moment, id)."""
+    return f"({moment}, id) > ({at}, %(after_id)s::{id_type})"
 
 
 def overdue_cards(cards: str, *, held_back: bool = False) -> str:
@@ -130,7 +133,7 @@ def delete_cards(cards: str, *, overrides: str, card_key: str, keep: str = "") -
     return f"""
         deleted_cards AS (
             DELETE FROM catalog.{cards} AS card
-             WHERE card.ctid = ANY({{row_addresses}})
+             WHERE card.ctid = ANY(ARRAY(SELECT ctid FROM batch))
                AND card.status = 'Delisted' AND card.updated_at < %(cutoff)s{keep}
             RETURNING card.id
         ), deleted_overrides AS (
@@ -142,12 +145,13 @@ def delete_cards(cards: str, *, overrides: str, card_key: str, keep: str = "") -
 
 
 def chunk_scan(*, table: str, columns: str, moment: str, id_type: str, within: str, candidates: str) -> str:
-    """A candidate scan (Phase.scan_sql): the next chunk of `table`'s rows `within`, in (moment, id) order after
-    (after_at, after_id); `candidates`, a FROM ... WHERE over the chunk, picks the ids it returns."""
+    """A candidate scan (Phase.scan_sql): the next chunk of `table`'s rows `within` (an index condition on (moment,
+    id)), in (moment, id) order after (after_at, after_id); `candidates`, a FROM ... WHERE over the chunk, picks the
+    ids it returns."""
     return f"""
         WITH chunk AS (
             SELECT {columns} FROM catalog.{table}
-             WHERE {within} AND {after_key(moment, id_type)}
+             WHERE {within}
              ORDER BY {moment}, id
              LIMIT %(chunk)s
         ), last AS (
@@ -167,6 +171,7 @@ PROPERTY_OBJECTS = phase(
         "property_object_cards", overrides="property_object_display_overrides", card_key="property_object_id",
     ),
     moment="updated_at",
+    id_type="uuid",
     first_key=BEFORE_EVERY_CARD,
     deleted_cards="deleted_property_object_cards",
     deleted_overrides="deleted_property_object_overrides",
@@ -183,18 +188,19 @@ PROJECTS = phase(
     "projects",
     scan_sql=chunk_scan(
         table="project_cards", columns="updated_at, id", moment="updated_at", id_type="uuid",
-        within="status = 'Delisted' AND updated_at < %(cutoff)s",
+        within=f"status = 'Delisted' AND updated_at < %(cutoff)s AND {after_key('updated_at', 'uuid')}",
         candidates=f"FROM chunk AS card WHERE NOT {HELD_BACK}",
     ),
     select_batch=overdue_cards("project_cards", held_back=True),
     delete="""
         holding AS (
-            SELECT catalog.projects_with_property_objects({ids}) AS ids
+            SELECT catalog.projects_with_property_objects(ARRAY(SELECT id FROM batch)) AS ids
         ),""" + delete_cards(
         "project_cards", overrides="building_display_overrides", card_key="project_id",
         keep="\n               AND card.id <> ALL((SELECT ids FROM holding)::uuid[])",
     ),
     moment="updated_at",
+    id_type="uuid",
     first_key=BEFORE_EVERY_CARD,
     deleted_cards="deleted_project_cards",
     deleted_overrides="deleted_building_overrides",
@@ -212,7 +218,8 @@ def orphan_phase(name: str, *, overrides: str, cards: str, card_key: str, delete
         name,
         scan_sql=chunk_scan(
             table=overrides, columns=f"id, created_at, {card_key} AS card_id", moment="created_at", id_type="bigint",
-            within="created_at >= now() - %(orphan_sweep_window)s",
+            # The scan starts at the window, not at the oldest override: a first chunk reads only what it returns.
+            within=after_key("created_at", "bigint", at="greatest(%(after_at)s::timestamptz, now() - %(orphan_sweep_window)s)"),
             candidates=f"""FROM chunk
                       LEFT JOIN LATERAL (SELECT true AS found FROM catalog.{cards} AS card
                                           WHERE card.id = chunk.card_id LIMIT 1) AS card ON true
@@ -228,11 +235,12 @@ def orphan_phase(name: str, *, overrides: str, cards: str, card_key: str, delete
         delete=f"""
             deleted_overrides AS (
                 DELETE FROM catalog.{overrides} AS override
-                 WHERE override.ctid = ANY({{row_addresses}}) AND {card_is_gone}
+                 WHERE override.ctid = ANY(ARRAY(SELECT ctid FROM batch)) AND {card_is_gone}
                 RETURNING 1
             )
         """,
         moment="created_at",
+        id_type="bigint",
         first_key=("-infinity", 0),
         deleted_cards=None,
         deleted_overrides=deleted_overrides,
