@@ -6,6 +6,11 @@ DB_URL = $(shell $(PY) scripts/database_url.py)
 
 DEMO_PROJECTS ?= 400
 DEMO_OBJECTS_PER_PROJECT ?= 50
+# The demo's nightly limits, for its run and for `make admin` alike: 2 batches of 500 cards leave about 2,400 of the
+# demo's ~3,400 overdue cards for later nights, so the admin page shows a last run and a backlog with its nights.
+# The run's metrics go to a textfile in the checkout (.demo/, ignored by git) that `make admin` reads back.
+DEMO_ENV = DELISTED_RETENTION_BATCH_SIZE=500 DELISTED_RETENTION_MAX_BATCHES_PER_RUN=2 \
+	DELISTED_RETENTION_METRICS_TEXTFILE="$(CURDIR)/.demo/catalog_delisted_retention.prom"
 
 # `make bench` sizes (docs/benchmarks.md): property objects of the small and the large catalog, the cards of the short
 # memory run and the large backlog (throughput, live traffic), the small throughput catalog and its backlog, runs per
@@ -47,7 +52,7 @@ migrate: $(VENV)/.installed
 	DATABASE_URL="$(DB_URL)" $(PY) manage.py migrate --noinput
 
 demo: $(VENV)/.installed
-	@export DATABASE_URL="$(DB_URL)" && \
+	@mkdir -p .demo && export DATABASE_URL="$(DB_URL)" $(DEMO_ENV) && \
 	$(PY) manage.py migrate --noinput -v 0 && \
 	$(PY) manage.py seed_demo_data --reset --projects $(DEMO_PROJECTS) --objects-per-project $(DEMO_OBJECTS_PER_PROJECT) && \
 	$(PY) manage.py purge_delisted --dry-run && \
@@ -67,7 +72,7 @@ test: $(VENV)/.installed
 # APP_ENV=production), a staff user with a new random password, printed once; then the app on $(ADMIN_ADDRESS)
 # until Ctrl-C.
 admin: $(VENV)/.installed
-	@export DATABASE_URL="$(DB_URL)" && \
+	@export DATABASE_URL="$(DB_URL)" $(DEMO_ENV) && \
 	$(PY) manage.py demo_admin --address $(ADMIN_ADDRESS) && \
 	exec $(PY) manage.py runserver $(ADMIN_ADDRESS) --noreload
 

@@ -15,17 +15,11 @@ from django.template.response import TemplateResponse
 from django.urls import path
 
 from catalog.admin import ReadOnlyAdmin
+from retention import metrics
 from retention.backlog import compute_cutoff, count_becoming_deletable, measure_backlog
 from retention.chart import CHART_DAYS, BacklogChart, backlog_chart
 from retention.limits import PurgeLimits, PurgeLimitsError, settings_rows
-from retention.metrics import (
-    BATCHES_PROCESSED,
-    DELETED_OVERRIDES,
-    DELETED_PROJECT_CARDS,
-    DELETED_PROPERTY_OBJECT_CARDS,
-    LAST_SUCCESS,
-    configured_sinks,
-)
+from retention.metrics import Reading, configured_sinks
 from retention.models import DelistedRetention
 from retention.preview import held_back_after, preview_run
 from retention.results import Outcome
@@ -35,68 +29,96 @@ from retention.session import Session
 SINK_READ_TIMEOUT_SECONDS = 2
 
 OUTCOME_WORDING = {
-    Outcome.COMPLETED: "completed: every overdue card it could delete is gone",
-    Outcome.HAS_MORE: "has more: stopped on a limit with overdue cards left for the next run",
-    Outcome.STOPPED: "stopped by a signal before it finished",
-    Outcome.LOCK_BUSY: "skipped: another run held the lock",
-    Outcome.FAILED: "failed: a batch rolled back or cards could not be deleted; see the run's log",
+    Outcome.COMPLETED: "Finished: every overdue card is gone",
+    Outcome.HAS_MORE: "Stopped at its nightly limit: the overdue cards left wait for the next night",
+    Outcome.STOPPED: "Stopped before it finished (shut down by the system or an operator)",
+    Outcome.FAILED: "Failed: some cards could not be deleted; an operator should look at the job's log",
 }
-# Outcomes of runs that ended with a result: the batches and the backlog they exported are their own.
+# Outcomes of runs that counted what they left overdue.
 OUTCOMES_WITH_A_RESULT = (Outcome.COMPLETED, Outcome.HAS_MORE, Outcome.STOPPED)
 
 
 @dataclass(frozen=True)
 class LastRun:
-    """The latest run as a metrics sink holds it. `batches` and the overdue cards it left are None when that run
-    exported none of its own (a failure, a skip)."""
+    """The last run that took the lock, as a metrics sink holds it. `*_left` are None when that run counted none
+    of its own (a failure); `skipped_at` is a later start skipped because a run held the lock."""
 
     source: str
-    outcome: str
+    outcome: Outcome
     wording: str
     ended_at: datetime
-    last_success_at: datetime | None
-    batches: int | None
-    overdue_property_objects_left: int | None
-    overdue_projects_left: int | None
-    runs_by_outcome: dict[str, int]
+    duration_seconds: float
+    batches: int
     deleted_property_object_cards: int
     deleted_project_cards: int
     deleted_overrides: int
+    overdue_property_objects_left: int | None
+    overdue_projects_left: int | None
+    last_success_at: datetime | None
+    skipped_at: datetime | None
+    run_id: str | None
+    trace_id: str | None
+
+    @property
+    def took(self) -> str:
+        if self.duration_seconds < 1:
+            return "under a second"
+        if self.duration_seconds < 120:
+            return f"{self.duration_seconds:.0f} seconds"
+        return f"{self.duration_seconds / 60:.0f} minutes"
+
+
+def moment(timestamp: float | None) -> datetime | None:
+    return None if timestamp is None else datetime.fromtimestamp(timestamp, UTC)
+
+
+def last_run_of(reading: Reading, source: str) -> LastRun | None:
+    ended = reading.value(metrics.LAST_RUN)
+    outcome = next(
+        (name for name in metrics.RUN_OUTCOMES if reading.value(metrics.LAST_RUN_OUTCOME, outcome=name) == 1), None
+    )
+    if ended is None or outcome is None:
+        return None
+
+    def count(name: str, **labels: str) -> int:
+        return int(reading.value(name, **labels) or 0)
+
+    own_count = outcome in OUTCOMES_WITH_A_RESULT
+    info = reading.labels(metrics.LAST_RUN_INFO) or {}
+    skipped = reading.value(metrics.LAST_LOCK_BUSY)
+    return LastRun(
+        source=source,
+        outcome=outcome,
+        wording=OUTCOME_WORDING[outcome],
+        ended_at=moment(ended),
+        duration_seconds=reading.value(metrics.LAST_RUN_DURATION) or 0.0,
+        batches=count(metrics.LAST_RUN_BATCHES),
+        deleted_property_object_cards=count(metrics.LAST_RUN_DELETED_CARDS, kind="property_object"),
+        deleted_project_cards=count(metrics.LAST_RUN_DELETED_CARDS, kind="project"),
+        deleted_overrides=count(metrics.LAST_RUN_DELETED_OVERRIDES),
+        overdue_property_objects_left=(
+            count(metrics.BACKLOG, kind="property_object", scope="overdue") if own_count else None
+        ),
+        overdue_projects_left=count(metrics.BACKLOG, kind="project", scope="overdue") if own_count else None,
+        last_success_at=moment(reading.value(metrics.LAST_SUCCESS)),
+        skipped_at=moment(skipped) if skipped is not None and skipped > ended else None,
+        run_id=info.get("run_id") or None,
+        trace_id=info.get("trace_id") or None,
+    )
 
 
 def read_last_run() -> dict:
-    """The latest run from the first configured sink that recorded one, or why there is none to show."""
+    """The last run from the first configured sink that recorded one, or why there is none to show."""
     sinks = configured_sinks()
     problems = []
     for sink in sinks:
         try:
-            metrics = sink.read(timeout=SINK_READ_TIMEOUT_SECONDS)
+            reading = sink.read(timeout=SINK_READ_TIMEOUT_SECONDS)
         except Exception as error:  # a missing gateway, an unreadable file: the page shows it and goes on
             problems.append(f"{sink}: {error}")
             continue
-        if metrics.last_run is None:
-            continue
-        outcome, ended = metrics.last_run
-        own_result = outcome in OUTCOMES_WITH_A_RESULT
-        last_success = metrics.gauges.get(LAST_SUCCESS)
-        return {
-            "last_run": LastRun(
-                source=str(sink),
-                outcome=outcome,
-                wording=OUTCOME_WORDING[outcome],
-                ended_at=datetime.fromtimestamp(ended, UTC),
-                last_success_at=datetime.fromtimestamp(last_success, UTC) if last_success is not None else None,
-                batches=int(metrics.gauges.get(BATCHES_PROCESSED, 0)) if own_result else None,
-                overdue_property_objects_left=(
-                    int(metrics.backlog.get(("property_object", "overdue"), 0)) if own_result else None
-                ),
-                overdue_projects_left=int(metrics.backlog.get(("project", "overdue"), 0)) if own_result else None,
-                runs_by_outcome={name: int(count) for name, count in metrics.runs.items()},
-                deleted_property_object_cards=int(metrics.counters[DELETED_PROPERTY_OBJECT_CARDS]),
-                deleted_project_cards=int(metrics.counters[DELETED_PROJECT_CARDS]),
-                deleted_overrides=int(metrics.counters[DELETED_OVERRIDES]),
-            )
-        }
+        if last_run := last_run_of(reading, str(sink)):
+            return {"last_run": last_run}
     return {"sinks": [str(sink) for sink in sinks], "sink_problems": problems}
 
 
@@ -118,6 +140,7 @@ def backlog_report(*, using: str = "default") -> dict:
     cards_per_run = limits.batch_size * limits.max_batches
     return {
         "limit_rows": limit_rows,
+        "limits": limits,
         "backlog": backlog,
         "deletable_on": count_becoming_deletable(session, cutoff=cutoff, retention=limits.retention, days=CHART_DAYS),
         "days_past_due": {
@@ -127,6 +150,7 @@ def backlog_report(*, using: str = "default") -> dict:
         "projects_held_back": backlog.projects.held_back,
         "held_back_after_overdue_objects": held_back_after_overdue_objects,
         "cards_per_run": cards_per_run,
+        "max_run_minutes": limits.max_duration / timedelta(minutes=1),
         "nightly_runs_needed": math.ceil(backlog.overdue_cards / cards_per_run),
         "preview": preview_run(
             backlog=backlog, held_back_after_overdue_objects=held_back_after_overdue_objects,

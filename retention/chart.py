@@ -121,8 +121,8 @@ class BacklogChart:
         ]
         if self.nights_needed:
             text.append(
-                f"At up to {self.cards_per_night:,} cards a night (the effective limits, MaxRunDuration aside) the "
-                f"job needs {self.nights_needed:,} night{plural(self.nights_needed)} to clear them."
+                f"At up to {self.cards_per_night:,} cards a night the job needs {self.nights_needed:,} "
+                f"night{plural(self.nights_needed)} to clear them."
             )
         else:
             text.append("Nothing for the job to clear.")

@@ -166,9 +166,9 @@ class PurgeLimits:
         return dataclasses.replace(self, **changes)
 
 
-def settings_rows() -> list[tuple[str, object, str]]:
-    """(setting, value as set, unit) of every limit, for the admin page."""
+def settings_rows() -> list[tuple[str, str, object, str]]:
+    """(description, setting, value as set, unit) of every limit, for the admin page's operators."""
     return [
-        (limit.setting, getattr(settings, limit.setting), limit.unit if limit.is_duration else "")
+        (limit.description, limit.setting, getattr(settings, limit.setting), limit.unit if limit.is_duration else "")
         for limit in LIMITS
     ]

@@ -1,39 +1,36 @@
 """Prometheus metrics of the retention job (`purge_delisted`) and the live backlog on the web app's `/metrics`.
 
-A cron process lives seconds, so a run hands its metrics over itself, in either or both of the two standard ways,
-each switched on by a setting: a push to a Pushgateway (PROMETHEUS_PUSHGATEWAY_URL; `pushadd`, so a failed run
-leaves the last success in place) and an atomic write (temp file + rename) of a node-exporter textfile
-(DELISTED_RETENTION_METRICS_TEXTFILE). A metrics failure is a logged warning; it never fails the purge.
+A cron process lives seconds, so a run hands its metrics over itself, as Prometheus advises for batch jobs: gauges
+of the last run (when it ended, its outcome, duration, counts, run and trace ids) and of the last success, no
+cumulative counters. So no export reads back what a sink holds, and no two runs can race over a sum. Alerts read
+`time() - ..._last_success_timestamp_seconds` and averages over time of the last run's gauges (deploy/prometheus).
 
-Counters and the duration histogram are cumulative across runs: each export reads back what the sink holds, adds
-this run, and writes the sum, so `increase()` and `rate()` work as on any counter (a Pushgateway restarted without
-persistence is an ordinary counter reset). Two exports racing (a lock-busy run beside the running one) can lose
-one increment; that is the price of not running an aggregating gateway. Gauges hold the latest run's values. The
-backlog the run counted at its start and at its end (there the cards within the retention window are the start's,
-see measure_backlog), with the age of its oldest overdue card (the retention SLO), is exported with each. A failed
-run exports its outcome, its duration and what its committed batches deleted. A sink holding garbage is rewritten
-whole, with a warning; the whole export of a run is bounded by EXPORT_TIMEOUT_SECONDS.
+The metrics come in groups, each written whole when it changes: the backlog (at a run's start and end), the last
+run, the last success (successful runs only) and the last skip on a busy lock. Either or both standard sinks, each
+switched on by a setting: a Pushgateway (PROMETHEUS_PUSHGATEWAY_URL; `pushadd` replaces only the metrics pushed,
+so a failed run leaves the last success in place) and node-exporter's textfile collector
+(DELISTED_RETENTION_METRICS_TEXTFILE holds the last run, one sibling file each the other groups; every file is
+replaced atomically). A metrics failure is a logged warning; it never fails the purge, and a run's whole export is
+bounded by EXPORT_TIMEOUT_SECONDS.
 
 The web app reports the backlog live through BacklogCollector (registered by the app config), cached so that
 scrapes cannot hammer the database.
 """
 
 import logging
-import math
 import threading
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
 from django.conf import settings
 from prometheus_client import CollectorRegistry, pushadd_to_gateway, write_to_textfile
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
-from prometheus_client.utils import floatToGoString
 
 from config.logging import RunLog
 from retention.backlog import Backlog, compute_cutoff, measure_backlog
@@ -45,48 +42,51 @@ logger = logging.getLogger(__name__)
 
 JOB = "catalog_delisted_retention"
 
-RUN_DURATION = "catalog_delisted_retention_run_duration_seconds"
-DELETED_PROPERTY_OBJECT_CARDS = "catalog_delisted_deleted_property_object_cards_total"
-DELETED_PROJECT_CARDS = "catalog_delisted_deleted_project_cards_total"
-DELETED_OVERRIDES = "catalog_delisted_deleted_overrides_total"
-LOCK_CONTENTION = "catalog_delisted_retention_lock_contention_total"
-RUNS = "catalog_delisted_retention_runs_total"
-BATCHES_PROCESSED = "catalog_delisted_retention_batches_processed"
-LAST_SUCCESS = "catalog_delisted_retention_last_success_timestamp_seconds"
-MAX_RUN_DURATION = "catalog_delisted_retention_max_run_duration_seconds"
 LAST_RUN = "catalog_delisted_retention_last_run_timestamp_seconds"
+LAST_RUN_OUTCOME = "catalog_delisted_retention_last_run_outcome"
+LAST_RUN_INFO = "catalog_delisted_retention_last_run_info"
+LAST_RUN_DURATION = "catalog_delisted_retention_last_run_duration_seconds"
+LAST_RUN_DELETED_CARDS = "catalog_delisted_retention_last_run_deleted_cards"
+LAST_RUN_DELETED_OVERRIDES = "catalog_delisted_retention_last_run_deleted_overrides"
+LAST_RUN_BATCHES = "catalog_delisted_retention_last_run_batches_processed"
+LAST_RUN_REPLICA_LAG_WAIT = "catalog_delisted_retention_last_run_replica_lag_wait_seconds"
+MAX_RUN_DURATION = "catalog_delisted_retention_max_run_duration_seconds"
+LAST_SUCCESS = "catalog_delisted_retention_last_success_timestamp_seconds"
+LAST_LOCK_BUSY = "catalog_delisted_retention_last_lock_busy_timestamp_seconds"
 BACKLOG = "catalog_delisted_backlog"
-REPLICA_LAG_WAIT = "catalog_delisted_retention_replica_lag_wait_seconds_total"
 OLDEST_OVERDUE_AGE = "catalog_delisted_oldest_overdue_age_seconds"
 
 HELP = {
-    RUN_DURATION: "Duration of purge_delisted runs that took the lock (failed runs included).",
-    DELETED_PROPERTY_OBJECT_CARDS: "Property object cards deleted by purge_delisted.",
-    DELETED_PROJECT_CARDS: "Project cards deleted by purge_delisted.",
-    DELETED_OVERRIDES: "Display overrides (live and soft-deleted) deleted with their cards by purge_delisted.",
-    LOCK_CONTENTION: "purge_delisted runs skipped because another run held the advisory lock.",
-    RUNS: "purge_delisted runs by outcome.",
-    BATCHES_PROCESSED: "Batches the latest purge_delisted run committed.",
-    LAST_SUCCESS: "When a purge_delisted run last finished with outcome completed or has_more (Unix time).",
-    MAX_RUN_DURATION: "MaxRunDuration the latest purge_delisted run had, for alerting on runs near it.",
-    LAST_RUN: "When the latest purge_delisted run ended (Unix time), labelled with its outcome.",
+    LAST_RUN: "When the last purge_delisted run that took the lock ended (Unix time).",
+    LAST_RUN_OUTCOME: "The last run's outcome: 1 for it, 0 for the others.",
+    LAST_RUN_INFO: "The last run's run_id and OpenTelemetry trace_id (empty when tracing is off); always 1.",
+    LAST_RUN_DURATION: "How long the last run took.",
+    LAST_RUN_DELETED_CARDS: "Cards the last run deleted, by kind (a failed run's committed batches included).",
+    LAST_RUN_DELETED_OVERRIDES: "Display overrides (live and soft-deleted) the last run deleted with their cards.",
+    LAST_RUN_BATCHES: "Batches the last run committed.",
+    LAST_RUN_REPLICA_LAG_WAIT: "Time the last run spent waiting for lagging streaming standbys.",
+    MAX_RUN_DURATION: "MaxRunDuration the last run had, for alerting on runs near it.",
+    LAST_SUCCESS: "When a run last finished with outcome completed or has_more (Unix time).",
+    LAST_LOCK_BUSY: "When a run was last skipped because another run held the advisory lock (Unix time).",
     BACKLOG: "Delisted catalog cards by kind; scope overdue: those past the retention cutoff.",
-    REPLICA_LAG_WAIT: "Time purge_delisted runs spent waiting for lagging streaming standbys.",
     OLDEST_OVERDUE_AGE: "How long the oldest overdue Delisted card of each kind has been past the retention cutoff "
     "(0 when none is overdue): the retention SLO.",
 }
 
-COUNTERS = (DELETED_PROPERTY_OBJECT_CARDS, DELETED_PROJECT_CARDS, DELETED_OVERRIDES, LOCK_CONTENTION, REPLICA_LAG_WAIT)
-GAUGES = (BATCHES_PROCESSED, LAST_SUCCESS, MAX_RUN_DURATION)
-
-
-# Seconds; MaxRunDuration defaults to 1200.
-DURATION_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 900, 1200, 1800, 3600, math.inf)
+# A run that took the lock ends with one of these; a skip on a busy lock is not a run of its own here.
+RUN_OUTCOMES = (Outcome.COMPLETED, Outcome.HAS_MORE, Outcome.STOPPED, Outcome.FAILED)
 KINDS = ("property_object", "project")
-BACKLOG_SERIES = tuple((kind, scope) for kind in KINDS for scope in ("delisted", "overdue"))
+# The textfile of each group: the configured path for the last run, a sibling for each other group.
+GROUP_FILES = {"last_run": "", "backlog": "_backlog", "last_success": "_last_success", "lock_busy": "_lock_busy"}
 # One bound for a run's whole export, all sinks together: a gateway that accepts and never answers costs no more.
 EXPORT_TIMEOUT_SECONDS = 2  # a sink that does not answer must not hold a stopped run past seconds
 BACKLOG_CACHE_SECONDS = 30
+
+
+def gauge(name: str, value: float, **labels: str) -> GaugeMetricFamily:
+    family = GaugeMetricFamily(name, HELP[name], labels=list(labels))
+    family.add_metric(list(labels.values()), value)
+    return family
 
 
 def backlog_values(backlog: Backlog) -> dict[tuple[str, str], float]:
@@ -119,108 +119,70 @@ def oldest_overdue_age_family(values: dict[str, float]) -> GaugeMetricFamily:
     return family
 
 
-@dataclass(eq=False)  # a registry keys collectors by identity
-class JobMetrics(Collector):
-    """The job's metrics as one sink holds them: counters and the histogram summed over every run the sink has
-    seen, gauges as the latest run left them. Every outcome is always exported (zero until it happens), so the
-    first failure is an increase, not the birth of a series."""
+def backlog_group(backlog: Backlog) -> list[Metric]:
+    return [backlog_family(backlog_values(backlog)), oldest_overdue_age_family(oldest_overdue_age_values(backlog))]
 
-    runs: dict[str, float] = field(default_factory=lambda: dict.fromkeys(Outcome, 0.0))
-    counters: dict[str, float] = field(default_factory=lambda: dict.fromkeys(COUNTERS, 0.0))
-    gauges: dict[str, float] = field(default_factory=dict)
-    # Cumulative count per upper bound (a Pushgateway writes le="1" where this client writes le="1.0").
-    duration_buckets: dict[float, float] = field(default_factory=lambda: dict.fromkeys(DURATION_BUCKETS, 0.0))
-    duration_sum: float = 0.0
-    backlog: dict[tuple[str, str], float] = field(default_factory=dict)
-    oldest_overdue_age: dict[str, float] = field(default_factory=dict)
-    last_run: tuple[str, float] | None = None  # (outcome, when it ended)
 
-    @classmethod
-    def parse(cls, exposition: str, *, group: dict[str, str] | None = None) -> "JobMetrics":
-        """Read back an exposition; with `group`, only samples carrying all its labels (one group of a
-        Pushgateway's page)."""
-        metrics = cls()
-        for family in text_string_to_metric_families(exposition):
-            for sample in family.samples:
-                labels = dict(sample.labels)
-                if group is not None and any(labels.get(name) != value for name, value in group.items()):
-                    continue
-                metrics.read_sample(sample.name, labels, sample.value)
-        return metrics
+def last_run_group(result: PurgeResult, *, max_duration: timedelta, ended: float) -> list[Metric]:
+    outcome = GaugeMetricFamily(LAST_RUN_OUTCOME, HELP[LAST_RUN_OUTCOME], labels=["outcome"])
+    for name in RUN_OUTCOMES:
+        outcome.add_metric([name], float(result.outcome == name))
+    deleted = GaugeMetricFamily(LAST_RUN_DELETED_CARDS, HELP[LAST_RUN_DELETED_CARDS], labels=["kind"])
+    deleted.add_metric(["property_object"], result.deleted_property_object_cards)
+    deleted.add_metric(["project"], result.deleted_project_cards)
+    return [
+        gauge(LAST_RUN, ended),
+        outcome,
+        gauge(LAST_RUN_INFO, 1, run_id=str(result.run_id), trace_id=result.trace_id or ""),
+        gauge(LAST_RUN_DURATION, result.duration_seconds),
+        deleted,
+        gauge(LAST_RUN_DELETED_OVERRIDES, result.deleted_overrides),
+        gauge(LAST_RUN_BATCHES, result.batches_processed),
+        gauge(LAST_RUN_REPLICA_LAG_WAIT, result.replica_lag_wait_seconds),
+        gauge(MAX_RUN_DURATION, max_duration.total_seconds()),
+    ]
 
-    def read_sample(self, name: str, labels: dict[str, str], value: float) -> None:
-        if name in self.counters:
-            self.counters[name] = value
-        elif name in GAUGES:
-            self.gauges[name] = value
-        elif name == RUNS and labels.get("outcome") in self.runs:
-            self.runs[Outcome(labels["outcome"])] = value
-        elif name == f"{RUN_DURATION}_bucket" and float(labels.get("le", "nan")) in self.duration_buckets:
-            self.duration_buckets[float(labels["le"])] = value
-        elif name == f"{RUN_DURATION}_sum":
-            self.duration_sum = value
-        elif name == BACKLOG and (labels.get("kind"), labels.get("scope")) in BACKLOG_SERIES:
-            self.backlog[labels["kind"], labels["scope"]] = value
-        elif name == OLDEST_OVERDUE_AGE and labels.get("kind") in KINDS:
-            self.oldest_overdue_age[labels["kind"]] = value
-        elif name == LAST_RUN and labels.get("outcome") in self.runs:
-            self.last_run = (labels["outcome"], value)
 
-    def add_run(self, result: PurgeResult, *, max_duration: timedelta) -> None:
-        """Count one run, a failed one included: what its committed batches deleted is final."""
-        outcome = result.outcome
-        self.runs[outcome] += 1
-        self.last_run = (outcome, time.time())
-        if outcome == Outcome.LOCK_BUSY:
-            self.counters[LOCK_CONTENTION] += 1
-            return
-        self.observe_duration(result.duration_seconds)
-        self.gauges[MAX_RUN_DURATION] = max_duration.total_seconds()
-        self.counters[DELETED_PROPERTY_OBJECT_CARDS] += result.deleted_property_object_cards
-        self.counters[DELETED_PROJECT_CARDS] += result.deleted_project_cards
-        self.counters[DELETED_OVERRIDES] += result.deleted_overrides
-        self.counters[REPLICA_LAG_WAIT] += result.replica_lag_wait_seconds
-        self.gauges[BATCHES_PROCESSED] = result.batches_processed
-        if outcome in SUCCESSFUL_OUTCOMES:
-            self.gauges[LAST_SUCCESS] = time.time()
+class Families(Collector):
+    """Metric families in a registry of their own, so nothing of the process (or of other tests) leaks into an
+    exposition."""
 
-    def observe_duration(self, seconds: float) -> None:
-        for bound in DURATION_BUCKETS:
-            if seconds <= bound:
-                self.duration_buckets[bound] += 1
-        self.duration_sum += seconds
+    def __init__(self, families: list[Metric]):
+        self.families = families
 
     def collect(self) -> Iterator[Metric]:
-        runs = CounterMetricFamily(RUNS, HELP[RUNS], labels=["outcome"])
-        for outcome, value in self.runs.items():
-            runs.add_metric([outcome], value)
-        yield runs
-        for name, value in self.counters.items():
-            yield CounterMetricFamily(name, HELP[name], value=value)
-        for name, value in self.gauges.items():
-            yield GaugeMetricFamily(name, HELP[name], value=value)
-        buckets = [(floatToGoString(bound), count) for bound, count in self.duration_buckets.items()]
-        yield HistogramMetricFamily(RUN_DURATION, HELP[RUN_DURATION], buckets=buckets, sum_value=self.duration_sum)
-        if self.backlog:
-            yield backlog_family(self.backlog)
-        if self.oldest_overdue_age:
-            yield oldest_overdue_age_family(self.oldest_overdue_age)
-        if self.last_run is not None:
-            outcome, ended = self.last_run
-            last_run = GaugeMetricFamily(LAST_RUN, HELP[LAST_RUN], labels=["outcome"])
-            last_run.add_metric([outcome], ended)
-            yield last_run
+        return iter(self.families)
+
+    def registry(self) -> CollectorRegistry:
+        registry = CollectorRegistry()
+        registry.register(self)
+        return registry
 
 
-def registry_of(metrics: JobMetrics) -> CollectorRegistry:
-    """A registry of its own, so nothing of the process (or of other tests) leaks into the job's exposition."""
-    registry = CollectorRegistry()
-    registry.register(metrics)
-    return registry
+@dataclass(frozen=True)
+class Reading:
+    """The samples a sink holds, by name and labels (the Pushgateway's job and instance left out)."""
 
+    samples: dict[tuple[str, frozenset], float]
 
-class CorruptSink(ValueError):
-    """A sink holds something that is not the job's exposition."""
+    @classmethod
+    def parse(cls, exposition: str, *, group: dict[str, str] | None = None) -> "Reading":
+        """With `group`, only the samples carrying all its labels (one group of a Pushgateway's page)."""
+        samples = {}
+        for family in text_string_to_metric_families(exposition):
+            for sample in family.samples:
+                if group is not None and any(sample.labels.get(name) != value for name, value in group.items()):
+                    continue
+                labels = {name: value for name, value in sample.labels.items() if name not in ("job", "instance")}
+                samples[sample.name, frozenset(labels.items())] = sample.value
+        return cls(samples)
+
+    def value(self, name: str, **labels: str) -> float | None:
+        return self.samples.get((name, frozenset(labels.items())))
+
+    def labels(self, name: str) -> dict[str, str] | None:
+        """The labels of the one sample of an info-style gauge."""
+        return next((dict(labels) for named, labels in self.samples if named == name), None)
 
 
 @dataclass(frozen=True)
@@ -230,16 +192,16 @@ class Textfile:
     def __str__(self) -> str:
         return f"textfile {self.path}"
 
-    def read(self, timeout: float) -> JobMetrics:
-        if not self.path.exists():
-            return JobMetrics()
-        try:
-            return JobMetrics.parse(self.path.read_text())
-        except (ValueError, UnicodeDecodeError) as error:
-            raise CorruptSink(str(error)) from error
+    def path_of(self, group: str) -> Path:
+        return self.path.with_name(f"{self.path.stem}{GROUP_FILES[group]}{self.path.suffix}")
 
-    def write(self, metrics: JobMetrics, timeout: float) -> None:
-        write_to_textfile(str(self.path), registry_of(metrics))  # temp file beside it + rename
+    def read(self, timeout: float) -> Reading:
+        paths = [self.path_of(group) for group in GROUP_FILES]
+        return Reading.parse("".join(path.read_text() for path in paths if path.exists()))
+
+    def write(self, groups: dict[str, list[Metric]], timeout: float) -> None:
+        for group, families in groups.items():
+            write_to_textfile(str(self.path_of(group)), Families(families).registry())  # temp file + rename
 
 
 @dataclass(frozen=True)
@@ -253,14 +215,15 @@ class Pushgateway:
     def __str__(self) -> str:
         return f"Pushgateway {self.url} (instance {self.instance})"
 
-    def read(self, timeout: float) -> JobMetrics:
+    def read(self, timeout: float) -> Reading:
         base = self.url if "://" in self.url else f"http://{self.url}"
         with urllib.request.urlopen(f"{base.rstrip('/')}/metrics", timeout=timeout) as response:
-            return JobMetrics.parse(response.read().decode(), group={"job": JOB, "instance": self.instance})
+            return Reading.parse(response.read().decode(), group={"job": JOB, "instance": self.instance})
 
-    def write(self, metrics: JobMetrics, timeout: float) -> None:
+    def write(self, groups: dict[str, list[Metric]], timeout: float) -> None:
+        families = [family for group in groups.values() for family in group]
         pushadd_to_gateway(
-            self.url, job=JOB, grouping_key={"instance": self.instance}, registry=registry_of(metrics),
+            self.url, job=JOB, grouping_key={"instance": self.instance}, registry=Families(families).registry(),
             timeout=timeout,
         )
 
@@ -288,12 +251,21 @@ class RunMetrics:
         self.log = log
 
     def run_started(self, backlog: Backlog) -> None:
-        self.export(backlog=backlog)
+        self.export({"backlog": backlog_group(backlog)})
 
     def run_finished(self, result: PurgeResult, backlog: Backlog | None = None) -> None:
-        self.export(result=result, backlog=backlog)
+        ended = time.time()
+        if result.outcome == Outcome.LOCK_BUSY:
+            self.export({"lock_busy": [gauge(LAST_LOCK_BUSY, ended)]})
+            return
+        groups = {"last_run": last_run_group(result, max_duration=self.max_duration, ended=ended)}
+        if backlog is not None:
+            groups["backlog"] = backlog_group(backlog)
+        if result.outcome in SUCCESSFUL_OUTCOMES:
+            groups["last_success"] = [gauge(LAST_SUCCESS, ended)]
+        self.export(groups)
 
-    def export(self, *, result: PurgeResult | None = None, backlog: Backlog | None = None) -> None:
+    def export(self, groups: dict[str, list[Metric]]) -> None:
         # Socket timeouts bound each read, not a whole request (a gateway that drips a byte a second never trips
         # them), so each sink is exported in a daemon thread joined by the one deadline; a thread left behind dies
         # with the process.
@@ -301,7 +273,7 @@ class RunMetrics:
         for sink in self.sinks:
             left = deadline - time.monotonic()
             if left > 0:
-                worker = threading.Thread(target=self.export_to, args=(sink, result, backlog, left), daemon=True)
+                worker = threading.Thread(target=self.export_to, args=(sink, groups, left), daemon=True)
                 worker.start()
                 worker.join(timeout=left)
                 if not worker.is_alive():
@@ -311,23 +283,9 @@ class RunMetrics:
                 extra={"sink": str(sink), "timeout_seconds": EXPORT_TIMEOUT_SECONDS},
             )
 
-    def export_to(
-        self, sink: Textfile | Pushgateway, result: PurgeResult | None, backlog: Backlog | None, timeout: float
-    ) -> None:
-        deadline = time.monotonic() + timeout
+    def export_to(self, sink: Textfile | Pushgateway, groups: dict[str, list[Metric]], timeout: float) -> None:
         try:
-            try:
-                metrics = sink.read(timeout=timeout)
-            except CorruptSink as error:
-                self.log.warning("metrics sink unreadable, rewritten whole", extra={"sink": str(sink),
-                                                                                   "error": str(error)})
-                metrics = JobMetrics()
-            if backlog is not None:
-                metrics.backlog = backlog_values(backlog)
-                metrics.oldest_overdue_age = oldest_overdue_age_values(backlog)
-            if result is not None:
-                metrics.add_run(result, max_duration=self.max_duration)
-            sink.write(metrics, timeout=max(0.001, deadline - time.monotonic()))
+            sink.write(groups, timeout=timeout)
         except Exception as error:
             self.log.warning(
                 "metrics not exported: %s", error,

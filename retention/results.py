@@ -19,7 +19,7 @@ class StopReason(enum.StrEnum):
 
 
 class Outcome(enum.StrEnum):
-    """A run as the alerts count it (`catalog_delisted_retention_runs_total{outcome}`)."""
+    """A run as the alerts see it (`catalog_delisted_retention_last_run_outcome{outcome}`)."""
 
     COMPLETED = "completed"
     HAS_MORE = "has_more"
@@ -74,6 +74,7 @@ class PurgeResult:
     culprit_count: int = 0
     error: str | None = None
     dry_run: bool = False
+    trace_id: str | None = None  # the run's OpenTelemetry trace, when tracing is on
 
     @property
     def deleted_overrides(self) -> int:

@@ -1,5 +1,7 @@
 """The Delisted retention page in a browser, on demo data: the counts, the limits, the preview and the chart read
-what the database holds, counted here by statements of the test's own."""
+what the database holds, counted here by statements of the test's own, in the words staff read."""
+
+import re
 
 from datetime import timedelta
 
@@ -83,11 +85,21 @@ def test_staff_log_in_and_see_the_backlog_limits_and_preview_the_database_and_a_
     counts = database_counts(retention)
     for kind, row in (("property_objects", "#backlog-property-objects"), ("projects", "#backlog-projects")):
         cells = page.locator(f"{row} td")
-        assert number(cells.nth(1).inner_text()) == counts[kind]["delisted"]
-        assert number(cells.nth(2).inner_text()) == counts[kind]["overdue"]
-        assert cells.nth(3).inner_text() == f"{counts[kind]['oldest']:%Y-%m-%d %H:%M:%S} UTC"
-    assert number(page.locator("#backlog-projects .held-back").inner_text()) == counts["held_back"]
+        assert number(cells.nth(0).inner_text()) == counts[kind]["delisted"]
+        assert number(cells.nth(1).inner_text()) == counts[kind]["overdue"]
+        assert cells.nth(2).inner_text() == f"{counts[kind]['oldest']:%Y-%m-%d %H:%M} UTC"
+    assert number(page.locator("#held-back .held-back").inner_text()) == counts["held_back"]
+    summary = page.locator("#summary").inner_text()
+    assert summary == (
+        f"Every night a cleanup job deletes the cards that have been Delisted for more than "
+        f"{settings.DELISTED_RETENTION_PERIOD_DAYS} days, with their display overrides. It deletes up to "
+        f"{BATCH_SIZE * MAX_BATCHES} cards a night ({MAX_BATCHES} batches of {BATCH_SIZE}) and stops after 20 minutes, "
+        "whichever comes first."
+    )
 
+    # The settings' names are for operators, behind a section staff open when they need it.
+    assert not page.locator("#limits").is_visible()
+    page.click("#for-operators summary")
     limits = {
         row.locator("td").nth(0).inner_text(): row.locator("td").nth(1).inner_text().strip()
         for row in page.locator("#limits tbody tr").all()
@@ -98,15 +110,32 @@ def test_staff_log_in_and_see_the_backlog_limits_and_preview_the_database_and_a_
 
     dry_run = purge(dry_run=True, batch_size=BATCH_SIZE, max_batches=MAX_BATCHES)
     preview = rows_by_heading(page, "#preview")
-    assert number(preview["Property object cards to delete"]) == dry_run.deleted_property_object_cards
-    assert number(preview["Project cards to delete"]) == dry_run.deleted_project_cards
+    assert number(preview["Property object cards it deletes"]) == dry_run.deleted_property_object_cards
+    assert number(preview["Project cards it deletes"]) == dry_run.deleted_project_cards
     assert number(preview["Batches"]) == dry_run.batches_processed
-    assert preview["Work left for later runs"] == ("yes" if dry_run.has_more else "no")
+    assert preview["Cards left for later nights"] == ("yes" if dry_run.has_more else "no")
     assert dry_run.has_more  # the preview stops where the run would, at MaxBatchesPerRun
 
     last_run = rows_by_heading(page, "#last-run")
-    assert last_run["Outcome"].startswith("has_more")
-    assert number(last_run["Batches committed"]) == demo_night.batches_processed == MAX_BATCHES
+    assert last_run["Result"] == "Stopped at its nightly limit: the overdue cards left wait for the next night"
+    assert last_run["Deleted"] == (
+        f"{demo_night.deleted_property_object_cards:,} property objects, "
+        f"{demo_night.deleted_project_cards:,} projects, {demo_night.deleted_overrides:,} display overrides, "
+        f"in {MAX_BATCHES} batches"
+    )
+    assert last_run["Took"] == "under a second"
+
+
+def test_staff_read_plain_words_and_every_table_says_what_it_holds(staff_browser, demo_night):
+    page = staff_browser.open(PAGE)
+
+    assert page.locator(".breadcrumbs").inner_text().split("\u203a") == ["Home ", " Delisted retention"]
+    staff_text = page.locator("#content-main").inner_text()  # the operators' section is collapsed: not in it
+    for jargon in ("MaxRunDuration", "MaxBatchesPerRun", "HELD BACK", "(never)", "DELISTED_RETENTION_", "has_more"):
+        assert jargon not in staff_text
+    assert re.search(r"\d+ projects overdue still have property-object cards and wait", staff_text)
+    tables = page.locator("#content-main table").all()
+    assert tables and all(table.locator("caption").text_content().strip() for table in tables)
 
 
 def chart_bars(page) -> dict[str, dict]:

@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from catalog.models import CardStatus
 from retention.locks import advisory_lock_key
+from retention.metrics import LAST_RUN, LAST_RUN_INFO, LAST_RUN_OUTCOME
 from retention.service import LOCK_NAME
 from tests.support import database_url_of_tests, purge
 from tests.factories import (
@@ -65,8 +66,9 @@ def test_staff_sees_the_backlog_the_limits_and_the_preview(plain_staff_client, s
     assert (preview.batches_processed, preview.has_more) == (3, True)
     assert (preview.projects_held_back, preview.projects_held_back_exact) == (0, True)
     html = response.content.decode()
-    assert '<td class="held-back">1</td>' in html
-    assert "<code>DELISTED_RETENTION_BATCH_SIZE</code></td><td>1 </td>" in html
+    held_back = '<strong class="held-back">1</strong> project overdue still has property-object cards'
+    assert held_back in " ".join(html.split())
+    assert "<th>Batch size</th><td><code>DELISTED_RETENTION_BATCH_SIZE</code></td><td>1 </td>" in html
 
 
 def test_the_page_says_how_many_days_the_oldest_overdue_card_is_past_due(plain_staff_client):
@@ -77,7 +79,7 @@ def test_the_page_says_how_many_days_the_oldest_overdue_card_is_past_due(plain_s
 
     # 42.5 days since delisting, 30 of them the retention period.
     assert re.search(r'id="backlog-property-objects">(?:(?!</tr>).)*<td class="days-past-due">12.5</td>', html, re.S)
-    assert re.search(r'id="backlog-projects">(?:(?!</tr>).)*<td class="days-past-due">—</td>', html, re.S)
+    assert re.search(r'id="backlog-projects">(?:(?!</tr>).)*<td class="days-past-due">none overdue</td>', html, re.S)
 
 
 def test_counts_have_thousands_separators(plain_staff_client, settings):
@@ -86,7 +88,7 @@ def test_counts_have_thousands_separators(plain_staff_client, settings):
 
     html = plain_staff_client.get(PAGE).content.decode()
 
-    assert "a run deletes up to 200,000 cards" in html
+    assert "It deletes up to 200,000 cards a night" in " ".join(html.split())
 
 
 def test_the_held_back_wording_names_the_projects_that_stay_held_back(plain_staff_client):
@@ -99,8 +101,10 @@ def test_the_held_back_wording_names_the_projects_that_stay_held_back(plain_staf
     context = response.context
     assert (context["projects_held_back"], context["held_back_after_overdue_objects"]) == (2, 1)
     wording = " ".join(re.search(r'<p id="held-back">(.*?)</p>', response.content.decode(), re.S)[1].split())
-    assert "2 overdue projects still have property-object cards. Of them, 1 has a card that is not overdue" in wording
-    assert "and stays held back even once the overdue property objects are gone" in wording
+    wording = re.sub(r"<[^>]+>", "", wording)
+    assert "2 projects overdue still have property-object cards and wait." in wording
+    assert "Of them, 1 has a card that is not overdue" in wording
+    assert "and stays until that card goes too" in wording
 
 
 def test_the_page_is_listed_in_the_admin_index(plain_staff_client):
@@ -160,16 +164,29 @@ def test_the_last_run_comes_from_the_metrics_textfile(plain_staff_client, settin
     settings.DELISTED_RETENTION_METRICS_TEXTFILE = str(tmp_path / "catalog_delisted_retention.prom")
     catalog()
     purge()
-    purge(batch_size=1, max_batches=1)  # nothing overdue left: completed again, no batch
+    result = purge(batch_size=1, max_batches=1)  # nothing overdue left: completed again, no batch
 
     response = plain_staff_client.get(PAGE)
 
     last_run = response.context["last_run"]
     assert (last_run.outcome, last_run.batches, last_run.overdue_property_objects_left) == ("completed", 0, 0)
-    assert last_run.runs_by_outcome["completed"] == 2
-    assert last_run.deleted_property_object_cards == 2 and last_run.deleted_project_cards == 2
+    assert last_run.deleted_property_object_cards == 0 and last_run.run_id == str(result.run_id)
     assert timezone.now() - last_run.ended_at < timedelta(minutes=1)
-    assert "<code>completed</code>: completed" in response.content.decode()
+    html = response.content.decode()
+    assert '<td class="outcome">Finished: every overdue card is gone</td>' in html
+    assert 'class="trace-id"' not in html  # tracing was off
+
+
+def test_the_last_run_shows_its_trace_id_when_the_sink_has_it(plain_staff_client, settings, tmp_path):
+    settings.DELISTED_RETENTION_METRICS_TEXTFILE = str(tmp_path / "catalog_delisted_retention.prom")
+    (tmp_path / "catalog_delisted_retention.prom").write_text(
+        f'{LAST_RUN} 1.7e9\n{LAST_RUN_OUTCOME}{{outcome="completed"}} 1\n'
+        f'{LAST_RUN_INFO}{{run_id="9c1e",trace_id="4bf92f3577b34da6a3ce929d0e0e4736"}} 1\n'
+    )
+
+    html = plain_staff_client.get(PAGE).content.decode()
+
+    assert '<td class="trace-id"><code>4bf92f3577b34da6a3ce929d0e0e4736</code>' in html
 
 
 def test_the_last_run_comes_from_the_pushgateway_when_that_is_the_sink(plain_staff_client, settings, pushgateway):
@@ -185,7 +202,7 @@ def test_the_last_run_comes_from_the_pushgateway_when_that_is_the_sink(plain_sta
     assert last_run.overdue_property_objects_left == 1
 
 
-def test_a_skipped_run_is_the_last_run_without_batches_of_its_own(plain_staff_client, settings, tmp_path):
+def test_a_skip_on_a_busy_lock_is_shown_after_the_last_run(plain_staff_client, settings, tmp_path):
     settings.DELISTED_RETENTION_METRICS_TEXTFILE = str(tmp_path / "catalog_delisted_retention.prom")
     catalog()
     purge()
@@ -193,10 +210,12 @@ def test_a_skipped_run_is_the_last_run_without_batches_of_its_own(plain_staff_cl
         other_instance.execute("SELECT pg_advisory_lock(%s)", [advisory_lock_key(LOCK_NAME)])
         purge()
 
-    last_run = plain_staff_client.get(PAGE).context["last_run"]
+    response = plain_staff_client.get(PAGE)
 
-    assert (last_run.outcome, last_run.batches, last_run.overdue_property_objects_left) == ("lock_busy", None, None)
-    assert last_run.last_success_at is not None
+    last_run = response.context["last_run"]
+    assert (last_run.outcome, last_run.deleted_property_object_cards) == ("completed", 2)
+    assert last_run.last_success_at is not None and last_run.skipped_at > last_run.ended_at
+    assert "a run did not start because another one was still going" in response.content.decode()
 
 
 def test_an_unreachable_pushgateway_is_said_on_the_page(plain_staff_client, settings):
@@ -205,7 +224,8 @@ def test_an_unreachable_pushgateway_is_said_on_the_page(plain_staff_client, sett
     response = plain_staff_client.get(PAGE)
 
     assert response.status_code == 200 and response.context.get("last_run") is None
-    html = response.content.decode()
+    html = " ".join(response.content.decode().split())
+    assert "No run is known to this page yet: none recorded so far, and the metrics could not be read" in html
     assert f"No run recorded in Pushgateway {settings.PROMETHEUS_PUSHGATEWAY_URL} (instance " in html
     assert "). Unreadable:" in html
 
@@ -214,9 +234,10 @@ def test_without_a_metrics_sink_the_page_says_the_last_run_is_not_known_here(pla
     settings.PROMETHEUS_PUSHGATEWAY_URL = ""
     settings.DELISTED_RETENTION_METRICS_TEXTFILE = ""
 
-    html = plain_staff_client.get(PAGE).content.decode()
+    html = " ".join(plain_staff_client.get(PAGE).content.decode().split())
 
-    assert "Not known here: the job's metrics go nowhere this page can read" in html
+    assert "No run is known to this page yet: an operator has not connected it to the job's metrics" in html
+    assert "The job's metrics go nowhere this page can read" in html
 
 
 def test_invalid_settings_are_shown_instead_of_a_preview(plain_staff_client, settings):

@@ -1,9 +1,12 @@
-"""The metrics a run hands over: to a real Pushgateway (read back from its /metrics) and to a textfile."""
+"""The metrics a run hands over, gauges of the last run and of the last success: to a real Pushgateway (read from
+its /metrics) and to node-exporter textfiles."""
 
 import json
+import logging
 import socket
 import os
 import time
+import uuid
 from datetime import timedelta
 import urllib.request
 from io import StringIO
@@ -20,19 +23,21 @@ from catalog.models import CardStatus
 from retention.locks import advisory_lock_key
 from retention.metrics import (
     BACKLOG,
-    BATCHES_PROCESSED,
-    DELETED_OVERRIDES,
-    DELETED_PROJECT_CARDS,
-    DELETED_PROPERTY_OBJECT_CARDS,
+    LAST_LOCK_BUSY,
     LAST_RUN,
+    LAST_RUN_BATCHES,
+    LAST_RUN_DELETED_CARDS,
+    LAST_RUN_DELETED_OVERRIDES,
+    LAST_RUN_DURATION,
+    LAST_RUN_INFO,
+    LAST_RUN_OUTCOME,
     LAST_SUCCESS,
-    LOCK_CONTENTION,
     MAX_RUN_DURATION,
     OLDEST_OVERDUE_AGE,
-    RUN_DURATION,
-    RUNS,
+    RunMetrics,
 )
-from retention.results import Outcome, PurgeFailed
+from config.logging import RunLog
+from retention.results import Outcome, PurgeFailed, PurgeResult, StopReason
 from retention.service import LOCK_NAME
 from retention.session import StopRequest
 from tests.support import database_url_of_tests, deletes_refused, purge, run_manage
@@ -69,32 +74,38 @@ def read_textfile(path) -> Exposition:
     return Exposition(path.read_text())
 
 
+def read_textfiles(path) -> Exposition:
+    """The configured textfile and its siblings, as node-exporter's textfile collector reads the directory."""
+    return Exposition("".join(sibling.read_text() for sibling in sorted(path.parent.glob("*.prom"))))
+
+
 def test_a_run_pushes_its_metrics_to_the_pushgateway(settings, pushgateway):
     settings.PROMETHEUS_PUSHGATEWAY_URL = pushgateway
     catalog_with_overdue_cards()
 
     before = time.time()
-    purge(batch_size=2)
+    result = purge(batch_size=2)
 
     pushed = Exposition.scrape(pushgateway)
-    assert pushed.value(DELETED_PROPERTY_OBJECT_CARDS) == 3
-    assert pushed.value(DELETED_PROJECT_CARDS) == 1
-    assert pushed.value(DELETED_OVERRIDES) == 3
-    assert pushed.value(BATCHES_PROCESSED) == 3
-    assert {outcome: pushed.value(RUNS, outcome=outcome) for outcome in Outcome} == {
-        "completed": 1, "has_more": 0, "stopped": 0, "lock_busy": 0, "failed": 0,
+    assert pushed.value(LAST_RUN_DELETED_CARDS, kind="property_object") == 3
+    assert pushed.value(LAST_RUN_DELETED_CARDS, kind="project") == 1
+    assert pushed.value(LAST_RUN_DELETED_OVERRIDES) == 3
+    assert pushed.value(LAST_RUN_BATCHES) == 3
+    assert {outcome: pushed.value(LAST_RUN_OUTCOME, outcome=outcome) for outcome in Outcome} == {
+        "completed": 1, "has_more": 0, "stopped": 0, "failed": 0, "lock_busy": None,
     }
-    assert before <= pushed.value(LAST_SUCCESS) <= time.time()
-    assert pushed.value(f"{RUN_DURATION}_count") == 1
+    assert before <= pushed.value(LAST_SUCCESS) == pushed.value(LAST_RUN) <= time.time()
+    assert pushed.value(LAST_RUN_DURATION) == pytest.approx(result.duration_seconds)
     assert pushed.value(MAX_RUN_DURATION) == 1200
-    assert pushed.value(LOCK_CONTENTION) == 0
+    assert pushed.value(LAST_RUN_INFO, run_id=str(result.run_id), trace_id="") == 1
+    assert pushed.value(LAST_LOCK_BUSY) is None
     # Measured at the end of the run: only the young Delisted object is left.
     assert pushed.value(BACKLOG, kind="property_object", scope="delisted") == 1
     assert pushed.value(BACKLOG, kind="property_object", scope="overdue") == 0
     assert pushed.value(BACKLOG, kind="project", scope="delisted") == 0
 
 
-def test_counters_and_the_histogram_add_up_across_runs_in_the_pushgateway(settings, pushgateway):
+def test_each_run_replaces_the_last_runs_gauges_and_adds_nothing_up(settings, pushgateway):
     settings.PROMETHEUS_PUSHGATEWAY_URL = pushgateway
     catalog_with_overdue_cards()
     purge()
@@ -103,15 +114,24 @@ def test_counters_and_the_histogram_add_up_across_runs_in_the_pushgateway(settin
     purge()
 
     pushed = Exposition.scrape(pushgateway)
-    assert pushed.value(DELETED_PROPERTY_OBJECT_CARDS) == 5
-    assert pushed.value(DELETED_PROJECT_CARDS) == 1
-    assert pushed.value(RUNS, outcome="completed") == 2
-    assert pushed.value(f"{RUN_DURATION}_count") == 2
-    assert pushed.value(f"{RUN_DURATION}_bucket", le="60") == 2  # the gateway writes le="60", not "60.0"
-    assert pushed.value(BATCHES_PROCESSED) == 1  # a gauge: the latest run's
+    assert pushed.value(LAST_RUN_DELETED_CARDS, kind="property_object") == 2
+    assert pushed.value(LAST_RUN_DELETED_CARDS, kind="project") == 0
+    assert pushed.value(LAST_RUN_BATCHES) == 1
 
 
-def test_a_failed_run_counts_as_failed_and_leaves_the_last_success_in_place(settings, pushgateway):
+def test_the_trace_id_of_the_last_run_is_carried_beside_its_run_id(textfile):
+    run_id = uuid.uuid4()
+    trace_id = "4bf92f3577b34da6a3ce929d0e0e4736"
+    metrics = RunMetrics(log=RunLog(logging.getLogger("retention.metrics"), {"run_id": str(run_id)}),
+                         max_duration=timedelta(minutes=20))
+
+    metrics.run_finished(PurgeResult(run_id=run_id, cutoff=None, stop_reason=StopReason.COMPLETED, has_more=False,
+                                     trace_id=trace_id))
+
+    assert read_textfile(textfile).value(LAST_RUN_INFO, run_id=str(run_id), trace_id=trace_id) == 1
+
+
+def test_a_failed_run_is_the_last_run_and_leaves_the_last_success_in_place(settings, pushgateway, textfile):
     settings.PROMETHEUS_PUSHGATEWAY_URL = pushgateway
     purge()
     last_success = Exposition.scrape(pushgateway).value(LAST_SUCCESS)
@@ -121,26 +141,26 @@ def test_a_failed_run_counts_as_failed_and_leaves_the_last_success_in_place(sett
     with deletes_refused(when="OLD.title = 'poison'"), pytest.raises(PurgeFailed):
         purge()
 
-    pushed = Exposition.scrape(pushgateway)
-    assert pushed.value(RUNS, outcome="failed") == 1
-    assert pushed.value(DELETED_PROPERTY_OBJECT_CARDS) == 3  # what the failed run deleted is final
-    assert pushed.value(RUNS, outcome="completed") == 1
-    assert pushed.value(LAST_SUCCESS) == last_success
-    assert pushed.value(f"{RUN_DURATION}_count") == 2
+    for written in (Exposition.scrape(pushgateway), read_textfiles(textfile)):
+        assert written.value(LAST_RUN_OUTCOME, outcome="failed") == 1
+        assert written.value(LAST_RUN_OUTCOME, outcome="completed") == 0
+        assert written.value(LAST_RUN_DELETED_CARDS, kind="property_object") == 3  # its committed batches are final
+        assert written.value(LAST_SUCCESS) == pytest.approx(last_success, abs=1)
+        assert written.value(LAST_RUN) > written.value(LAST_SUCCESS)
 
 
-def test_a_run_skipped_on_a_busy_lock_counts_contention_and_is_no_success(settings, pushgateway):
+def test_a_run_skipped_on_a_busy_lock_leaves_the_last_run_in_place(settings, pushgateway, textfile):
     settings.PROMETHEUS_PUSHGATEWAY_URL = pushgateway
+    purge()
+    last_run = Exposition.scrape(pushgateway).value(LAST_RUN)
     with psycopg.connect(database_url_of_tests(), autocommit=True) as other_instance:
         other_instance.execute("SELECT pg_advisory_lock(%s)", [advisory_lock_key(LOCK_NAME)])
 
         purge()
 
-    pushed = Exposition.scrape(pushgateway)
-    assert pushed.value(RUNS, outcome="lock_busy") == 1
-    assert pushed.value(LOCK_CONTENTION) == 1
-    assert pushed.value(LAST_SUCCESS) is None
-    assert pushed.value(f"{RUN_DURATION}_count") == 0
+    for written in (Exposition.scrape(pushgateway), read_textfiles(textfile)):
+        assert written.value(LAST_LOCK_BUSY) > written.value(LAST_RUN) == pytest.approx(last_run, abs=1)
+        assert written.value(LAST_RUN_OUTCOME, outcome="completed") == 1
 
 
 def value_in_group(gateway: str, name: str, **labels: str) -> float | None:
@@ -163,10 +183,8 @@ def test_two_environments_sharing_a_pushgateway_keep_their_own_series(settings, 
     purge()
     purge()
 
-    assert value_in_group(pushgateway, RUNS, instance=staging, outcome="completed") == 1
-    assert value_in_group(pushgateway, DELETED_PROPERTY_OBJECT_CARDS, instance=staging) == 3
-    assert value_in_group(pushgateway, RUNS, instance=production, outcome="completed") == 2
-    assert value_in_group(pushgateway, DELETED_PROPERTY_OBJECT_CARDS, instance=production) == 0
+    assert value_in_group(pushgateway, LAST_RUN_DELETED_CARDS, instance=staging, kind="property_object") == 3
+    assert value_in_group(pushgateway, LAST_RUN_DELETED_CARDS, instance=production, kind="property_object") == 0
 
 
 @pytest.mark.parametrize("unset", [{}, {"PROMETHEUS_PUSHGATEWAY_INSTANCE": ""}], ids=["unset", "empty"])
@@ -192,7 +210,7 @@ def test_a_dead_pushgateway_does_not_fail_the_purge(settings, textfile, caplog):
     assert result["deleted_property_object_cards"] == 3 and result["stop_reason"] == "completed"
     warnings = [r for r in caplog.records if r.levelname == "WARNING" and dead_gateway in getattr(r, "sink", "")]
     assert warnings and all(r.run_id == result["run_id"] for r in warnings)
-    assert read_textfile(textfile).value(RUNS, outcome="completed") == 1  # the other sink still got it
+    assert read_textfile(textfile).value(LAST_RUN_OUTCOME, outcome="completed") == 1  # the other sink got it
 
 
 def test_the_textfile_parses_and_is_replaced_atomically(textfile):
@@ -205,10 +223,14 @@ def test_the_textfile_parses_and_is_replaced_atomically(textfile):
         # The path now names a new file; the open one is the first run's, whole, never written over.
         assert os.fstat(reader_of_the_first_run.fileno()).st_ino != os.stat(textfile).st_ino
         first = Exposition(reader_of_the_first_run.read())
-    assert first.value(RUNS, outcome="completed") == 1 and first.value(DELETED_PROPERTY_OBJECT_CARDS) == 3
+    assert first.value(LAST_RUN_DELETED_CARDS, kind="property_object") == 3
     second = read_textfile(textfile)
-    assert second.value(RUNS, outcome="completed") == 2 and second.value(DELETED_PROPERTY_OBJECT_CARDS) == 3
-    assert [path.name for path in textfile.parent.iterdir()] == [textfile.name]  # no temp file left behind
+    assert second.value(LAST_RUN_DELETED_CARDS, kind="property_object") == 0
+    # One file a group, none of them a temp file left behind.
+    assert sorted(path.name for path in textfile.parent.iterdir()) == [
+        "catalog_delisted_retention.prom", "catalog_delisted_retention_backlog.prom",
+        "catalog_delisted_retention_last_success.prom",
+    ]
 
 
 def test_the_backlog_is_exported_when_a_run_starts_and_when_it_ends(textfile):
@@ -216,11 +238,11 @@ def test_the_backlog_is_exported_when_a_run_starts_and_when_it_ends(textfile):
     overdue_during_the_run = []
 
     purge(on_batch=lambda deleted: overdue_during_the_run.append(
-        read_textfile(textfile).value(BACKLOG, kind="property_object", scope="overdue")
+        read_textfiles(textfile).value(BACKLOG, kind="property_object", scope="overdue")
     ))
 
     assert overdue_during_the_run[0] == 3
-    assert read_textfile(textfile).value(BACKLOG, kind="property_object", scope="overdue") == 0
+    assert read_textfiles(textfile).value(BACKLOG, kind="property_object", scope="overdue") == 0
 
 
 def test_the_age_of_the_oldest_overdue_card_is_exported_with_the_backlog(textfile):
@@ -228,26 +250,14 @@ def test_the_age_of_the_oldest_overdue_card_is_exported_with_the_backlog(textfil
 
     purge(batch_size=1, max_batches=1)
 
-    left_behind = read_textfile(textfile)
+    left_behind = read_textfiles(textfile)
     fifteen_days = pytest.approx(timedelta(days=15).total_seconds(), abs=60)
     assert left_behind.value(OLDEST_OVERDUE_AGE, kind="property_object") == fifteen_days
     assert left_behind.value(OLDEST_OVERDUE_AGE, kind="project") == fifteen_days
     purge()
-    drained = read_textfile(textfile)
+    drained = read_textfiles(textfile)
     assert drained.value(OLDEST_OVERDUE_AGE, kind="property_object") == 0
     assert drained.value(OLDEST_OVERDUE_AGE, kind="project") == 0
-
-
-def test_the_last_run_is_one_series_labelled_with_its_outcome(textfile):
-    purge()
-    before = time.time()
-    with psycopg.connect(database_url_of_tests(), autocommit=True) as other_instance:
-        other_instance.execute("SELECT pg_advisory_lock(%s)", [advisory_lock_key(LOCK_NAME)])
-        purge()
-
-    written = read_textfile(textfile)
-    assert before <= written.value(LAST_RUN, outcome="lock_busy") <= time.time()
-    assert [name for name, _ in written.values if name == LAST_RUN] == [LAST_RUN]  # the completed run's is gone
 
 
 def stopped_already() -> StopRequest:
@@ -263,14 +273,14 @@ def stopped_already() -> StopRequest:
         ({"batch_size": 1, "max_batches": 1}, "has_more", True),
     ],
 )
-def test_stopped_and_has_more_runs_are_counted_by_outcome(textfile, limits, outcome, counts_as_success):
+def test_stopped_and_has_more_runs_are_the_last_runs_outcome(textfile, limits, outcome, counts_as_success):
     catalog_with_overdue_cards()
 
     purge(**limits)
 
-    written = read_textfile(textfile)
-    assert written.value(RUNS, outcome=outcome) == 1
-    assert written.value(RUNS, outcome="completed") == 0
+    written = read_textfiles(textfile)
+    assert written.value(LAST_RUN_OUTCOME, outcome=outcome) == 1
+    assert written.value(LAST_RUN_OUTCOME, outcome="completed") == 0
     assert (written.value(LAST_SUCCESS) is not None) == counts_as_success
 
 
@@ -298,13 +308,13 @@ def test_a_run_counts_the_backlog_twice_whatever_reads_it(settings, tmp_path, pu
     assert totals == [4] and result.overdue_property_object_cards == 3 and result.has_more is True
 
 
-def test_a_corrupt_textfile_is_rewritten_whole_with_a_warning(textfile, caplog):
+def test_a_run_never_reads_the_textfile_so_garbage_in_it_is_simply_replaced(textfile, caplog):
     textfile.write_text("this is not an exposition {{{\n")
 
     purge()
 
-    assert read_textfile(textfile).value(RUNS, outcome="completed") == 1
-    assert any("rewritten whole" in r.getMessage() for r in caplog.records if r.levelname == "WARNING")
+    assert read_textfile(textfile).value(LAST_RUN_OUTCOME, outcome="completed") == 1
+    assert not [r for r in caplog.records if r.levelname == "WARNING"]
 
 
 def test_a_pushgateway_that_never_answers_costs_one_bounded_export(settings, monkeypatch, caplog):

@@ -45,7 +45,7 @@ def test_a_pushgateway_that_drips_bytes_costs_one_bounded_export(settings, monke
         gateway.start()
         metrics = RunMetrics(log=RunLog(logging.getLogger("retention.metrics"), {"run_id": str(uuid.uuid4())}),
                              max_duration=timedelta(minutes=20))
-        export = threading.Thread(target=metrics.export, daemon=True)
+        export = threading.Thread(target=metrics.export, args=({},), daemon=True)
         try:
             export.start()
             export.join(timeout=OUTER_TIMEOUT_SECONDS)
