@@ -1,22 +1,10 @@
-"""DelistedRetentionJob: physically delete catalog cards that have been Delisted for longer than the retention.
-
-Deletion is irreversible, so the rules are few and explicit (docs/contract.md, docs/reliability.md):
-
-* Only rows matching `status = 'Delisted' AND updated_at < cutoff` are selected, and the DELETE repeats that
-  predicate as a guard. `cutoff` is computed once per run from the database clock. A Delisted row is frozen, so
-  `updated_at` is the moment it was delisted.
-* Every batch is one transaction of one statement (retention.phases): it locks its cards `FOR UPDATE SKIP LOCKED`,
-  deletes them and their display overrides, and returns the counts. A failing batch rolls back whole; earlier
-  batches stay committed; the next run resumes from the data.
-* Property objects go first, projects second; a project that still has a property-object card is never deleted.
-  First of all the job sweeps display overrides whose card is gone.
-* The run holds the advisory lock on its session, and each batch proves it ran there (retention.locks).
-* Between batches it pauses and, with max_replica_lag set, waits for the standbys (retention.pacing). Every
-  statement runs under the session's timeouts, and a stop request or the deadline ends the work in flight
-  (retention.session).
-* A batch that fails for a data reason (a trigger raising, a constraint) is redone in one transaction, split in
-  halves under savepoints until the culprit cards are isolated: the rest is deleted, the culprits are skipped, and
-  the run counts as failed. Two consecutive batches refused whole, or more than MAX_CULPRITS culprits, stop the run.
+"""DelistedRetentionJob: physically delete catalog cards Delisted for longer than the retention, in batches, on one
+database session (retention.session) under the advisory lock (retention.locks): orphan overrides first, then
+property objects, then projects (retention.phases). Deletion is irreversible: only rows matching `status =
+'Delisted' AND updated_at < cutoff` are taken, the cutoff computed once from the database clock, and the DELETE
+repeats that predicate. A batch refused for a data reason is redone in halves under savepoints until its culprit
+cards are isolated and skipped; the run then counts as failed. The rules: docs/contract.md; why they are built so:
+docs/how-it-works.md.
 
 Read top-down: the entry point, the run's state (Run), the run under its lock, the batch loop.
 """
