@@ -7,10 +7,9 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from retention.backlog import Backlog, measure_backlog
-from retention.limits import PurgeLimits
 from retention.phases import FIRST_OBJECT_KEPT, HELD_BACK_AFTER, OVERRIDES_OF_TAKEN
 from retention.results import StopReason
-from retention.session import Session
+from retention.session import JobSession, Session
 
 
 def objects_taken(cursor, *, cutoff: datetime, objects: int | None) -> dict:
@@ -92,10 +91,11 @@ def preview_run(
     )
 
 
-def preview_purge(session: Session, *, cutoff: datetime, limits: PurgeLimits) -> dict:
+def preview_purge(session: JobSession, *, cutoff: datetime) -> dict:
     """Dry run: the fields of the result of a run with these limits now (max_duration and orphan overrides aside).
     The loop's arithmetic is preview_run's, on the exact count of the projects held back once the property objects
     the run reaches are gone; the overrides are those of the rows taken."""
+    limits = session.limits
     backlog = measure_backlog(session, cutoff=cutoff, count_held_back=False, in_chunks=True)
     objects_reached = min(backlog.property_objects.overdue, limits.batch_size * limits.max_batches)
     with session.transaction() as cursor:

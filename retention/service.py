@@ -11,10 +11,8 @@ Read top-down: the entry point, the run's state (Run), the run under its lock, t
 
 from __future__ import annotations
 
-import logging
 import math
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -23,7 +21,7 @@ import psycopg
 from django.conf import settings
 from django.db import DatabaseError, OperationalError, transaction
 
-from config.logging import RunLog, shortened
+from config.logging import shortened
 from retention.backlog import Backlog, compute_cutoff, measure_backlog
 from retention.limits import PurgeLimits
 from retention.locks import PooledSessionError, PoolSaturated, advisory_lock, prove_holder
@@ -33,8 +31,6 @@ from retention.phases import BATCH_ROWS, CARD_PHASES, PHASES, PROJECTS, PROPERTY
 from retention.preview import preview_purge
 from retention.results import Culprit, Outcome, PurgeFailed, PurgeResult, StopReason
 from retention.session import SYNC_WAIT_CANCELLED_MESSAGE, JobSession, StopRequest, StopRun, sqlstate
-
-logger = logging.getLogger(__name__)
 
 LOCK_NAME = "job:scheduled:catalog-delisted-retention"
 # SQLSTATE classes of errors that belong to the rows, not to the database: data exceptions (22), integrity
@@ -74,28 +70,24 @@ def purge_delisted_cards(
     the backlog counted at the start, `on_batch` how many cards each batch deleted (progress). A dry run takes no
     lock and no row locks: it counts what this run would delete. A real run hands its metrics to the sinks the
     settings switch on. Raises PurgeFailed when the run failed, with what it did before."""
-    limits = limits or PurgeLimits.from_settings()
-    run_id = uuid.uuid4()
-    session = JobSession(
-        using=job_database(using), statement_timeout=limits.statement_timeout, lock_timeout=limits.lock_timeout,
-        max_duration=limits.max_duration, stop=stop or StopRequest(), application_name=f"purge_delisted {run_id}",
-    )
-    run = Run(limits=limits, session=session, log=RunLog(logger, {"run_id": str(run_id)}), run_id=run_id,
-              dry_run=dry_run)
-    metrics = None if dry_run else RunMetrics(log=run.log, max_duration=limits.max_duration)
+    session = JobSession(using=job_database(using), limits=limits or PurgeLimits.from_settings(),
+                         stop=stop or StopRequest())
+    run = Run()
+    metrics = None if dry_run else RunMetrics(log=session.log, max_duration=session.limits.max_duration)
     at_end = None
     with session.running():
         try:
             if dry_run:
-                run.cutoff = compute_cutoff(session, limits.retention, now)
-                result = run.result(**preview_purge(session, cutoff=run.cutoff, limits=limits))
+                run.cutoff = compute_cutoff(session, session.limits.retention, now)
+                result = run_result(session, run, **preview_purge(session, cutoff=run.cutoff), dry_run=True)
             else:
-                result, at_end = locked_run(run, now, metrics, on_start or (lambda backlog: None),
+                result, at_end = locked_run(session, run, now, metrics, on_start or (lambda backlog: None),
                                             on_batch or (lambda deleted: None))
         except StopRun as stopped:  # before anything was locked: the wait for a pooler's server, the dry run
-            result = run.result(stopped.reason)
+            result = run_result(session, run, stopped.reason, dry_run=dry_run)
         except INFRASTRUCTURE_ERRORS as error:
-            result = run.result(StopReason.FAILED, error=describe_failure(error, session.using))
+            result = run_result(session, run, StopReason.FAILED, error=describe_failure(error, session.using),
+                                dry_run=dry_run)
     if metrics:
         metrics.run_finished(result, at_end)
     if result.outcome is Outcome.FAILED:
@@ -111,13 +103,8 @@ def job_database(using: str | None) -> str:
 
 @dataclass
 class Run:
-    """What a run counts as it goes, on its session: the one place its result, and so its outcome, is decided."""
+    """What the batch loop counts as it goes; the run's limits, clock and log are its session's."""
 
-    limits: PurgeLimits
-    session: JobSession
-    log: RunLog
-    run_id: uuid.UUID
-    dry_run: bool = False
     cutoff: datetime | None = None
     counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(
         ("deleted_property_object_cards", "deleted_project_cards", "deleted_property_object_overrides",
@@ -129,27 +116,31 @@ class Run:
     systemic_failure: str | None = None
     replica_lag_wait: float = 0.0
 
-    def stop_if_due(self) -> None:
-        """Before a batch: StopRun when the run must not start it."""
-        self.session.check()
-        if self.batches >= self.limits.max_batches:
-            raise StopRun(StopReason.MAX_BATCHES)
 
-    def result(self, stop_reason: StopReason, *, error: str | None = None, **fields) -> PurgeResult:
-        """The run's result. It fails on an infrastructure `error`, on culprits, and on a commit its synchronous
-        standby never confirmed once the run's time ran out (cron must hear of a standby gone)."""
-        if error is None and self.culprits:
-            error = self.systemic_failure or CULPRITS.format(count=len(self.culprits),
-                                                             listed=min(len(self.culprits), CULPRITS_LISTED))
-        elif error is None and self.session.unconfirmed_commit and stop_reason is StopReason.MAX_DURATION:
-            stop_reason, error = StopReason.FAILED, SYNC_WAIT_CANCELLED_MESSAGE
-        return PurgeResult(
-            run_id=self.run_id, cutoff=self.cutoff, stop_reason=stop_reason,
-            culprits=tuple(self.culprits[:CULPRITS_LISTED]), culprit_count=len(self.culprits),
-            replica_lag_wait_seconds=round(self.replica_lag_wait, 3), error=error, dry_run=self.dry_run,
-            duration_seconds=round(time.monotonic() - self.session.started, 3),
-            **{"batches_processed": self.batches, **self.counts, **fields},  # a dry run's fields are its own
-        )
+def run_result(session: JobSession, run: Run, stop_reason: StopReason, *, error: str | None = None,
+               dry_run: bool = False, **fields) -> PurgeResult:
+    """The run's result: the one place its outcome is decided. It fails on an infrastructure `error`, on culprits,
+    and on a commit its synchronous standby never confirmed once the run's time ran out (cron must hear of a standby
+    gone); results.PurgeResult.outcome reads the rest off the stop reason and has_more."""
+    if error is None and run.culprits:
+        error = run.systemic_failure or CULPRITS.format(count=len(run.culprits),
+                                                        listed=min(len(run.culprits), CULPRITS_LISTED))
+    elif error is None and session.unconfirmed_commit and stop_reason is StopReason.MAX_DURATION:
+        stop_reason, error = StopReason.FAILED, SYNC_WAIT_CANCELLED_MESSAGE
+    return PurgeResult(
+        run_id=session.run_id, cutoff=run.cutoff, stop_reason=stop_reason,
+        culprits=tuple(run.culprits[:CULPRITS_LISTED]), culprit_count=len(run.culprits),
+        replica_lag_wait_seconds=round(run.replica_lag_wait, 3), error=error, dry_run=dry_run,
+        duration_seconds=round(time.monotonic() - session.started, 3),
+        **{"batches_processed": run.batches, **run.counts, **fields},  # a dry run's fields are its own
+    )
+
+
+def stop_if_due(session: JobSession, run: Run) -> None:
+    """Before a batch: StopRun when the run must not start it."""
+    session.check()
+    if run.batches >= session.limits.max_batches:
+        raise StopRun(StopReason.MAX_BATCHES)
 
 
 def describe_failure(error: Exception, alias: str) -> str:
@@ -162,45 +153,46 @@ def describe_failure(error: Exception, alias: str) -> str:
     return first_line(error)
 
 
-def locked_run(run: Run, now, metrics: RunMetrics, on_start, on_batch) -> tuple[PurgeResult, Backlog | None]:
+def locked_run(
+    session: JobSession, run: Run, now, metrics: RunMetrics, on_start, on_batch
+) -> tuple[PurgeResult, Backlog | None]:
     """The run under the advisory lock; returns its result and the backlog counted at its end."""
-    session = run.session
-    with advisory_lock(session, LOCK_NAME, marker=str(run.run_id)) as acquired:
+    with advisory_lock(session, LOCK_NAME, marker=str(session.run_id)) as acquired:
         if not acquired:
-            run.log.warning("purge skipped: the advisory lock is held by another run", extra={"lock": LOCK_NAME})
-            return run.result(StopReason.LOCK_BUSY), None
+            session.log.warning("purge skipped: the advisory lock is held by another run", extra={"lock": LOCK_NAME})
+            return run_result(session, run, StopReason.LOCK_BUSY), None
         at_start = None
         try:
-            run.cutoff = compute_cutoff(session, run.limits.retention, now)
+            run.cutoff = compute_cutoff(session, session.limits.retention, now)
             # What the run starts from; the held-back projects are counted at the end, where they are reported.
             at_start = measure_backlog(session, cutoff=run.cutoff, count_held_back=False, in_chunks=True)
             metrics.run_started(at_start)
-            run.log.info(
+            session.log.info(
                 "purge started",
                 extra={"cutoff": run.cutoff.isoformat(), "database": session.using,
-                       "batch_size": run.limits.batch_size,
+                       "batch_size": session.limits.batch_size,
                        "overdue_property_objects": at_start.property_objects.overdue,
                        "overdue_projects": at_start.projects.overdue},
             )
             on_start(at_start)
-            run_phases(run, on_batch)
+            run_phases(session, run, on_batch)
             stop_reason = StopReason.COMPLETED
         except StopRun as stopped:
             stop_reason = stopped.reason
         if at_start is None:  # a SIGTERM or the run's time ended the start count
-            return run.result(stop_reason), None
+            return run_result(session, run, stop_reason), None
         try:
             at_end = measure_backlog(session, cutoff=run.cutoff, within_window_from=at_start, in_chunks=True)
         except StopRun:
             at_end = None  # what is left stays unknown
-        result = run.result(
+        result = run_result(session, run, 
             stop_reason,
             has_more=at_end and overdue_left(at_end, run.culprits),
             projects_held_back=at_end and at_end.projects.held_back,
             overdue_property_object_cards=at_start.property_objects.overdue,
             overdue_project_cards=at_start.projects.overdue,
         )
-    run.log.info("purge completed", extra=summary_fields(result))
+    session.log.info("purge completed", extra=summary_fields(result))
     return result, at_end
 
 
@@ -221,7 +213,7 @@ def summary_fields(result: PurgeResult) -> dict:
     return fields
 
 
-def run_phases(run: Run, on_batch: Callable[[int], None]) -> None:
+def run_phases(session: JobSession, run: Run, on_batch: Callable[[int], None]) -> None:
     """Every phase in turn until it runs dry; StopRun ends the loop between batches (or the batch in flight)."""
     last_batch_seconds = None
     for phase in PHASES:
@@ -229,19 +221,19 @@ def run_phases(run: Run, on_batch: Callable[[int], None]) -> None:
         resume_after = last_key = phase.first_key  # where a batch resumes (retention.phases, Phase), where it got
         while True:
             if last_batch_seconds is not None:
-                run.session.sleep(run.limits.batch_pause.total_seconds()
-                                  + run.limits.batch_pause_factor * last_batch_seconds)
-            run.stop_if_due()
-            wait_for_replicas_if_asked(run)
-            only_ids = scan.next_candidates(run) if scan else None
+                session.sleep(session.limits.batch_pause.total_seconds()
+                                  + session.limits.batch_pause_factor * last_batch_seconds)
+            stop_if_due(session, run)
+            wait_for_replicas_if_asked(session, run)
+            only_ids = scan.next_candidates(session, run) if scan else None
             if only_ids == []:
                 break  # the scan found no candidate left
             started = time.monotonic()
             try:
-                outcome = delete_batch(run, phase, resume_after, only_ids)
+                outcome = delete_batch(session, run, phase, resume_after, only_ids)
             except BatchRefused as refusal:
-                outcome = isolate_culprits(run, phase, refusal)
-                stop_if_systemic(run, phase, outcome, refusal.error)
+                outcome = isolate_culprits(session, run, phase, refusal)
+                stop_if_systemic(session, run, phase, outcome, refusal.error)
             else:
                 run.refused_batches = 0
             # After a redone batch (culprits) the next resumes as it did: its culprits are skipped, the rest is gone.
@@ -252,7 +244,7 @@ def run_phases(run: Run, on_batch: Callable[[int], None]) -> None:
             if outcome.selected:
                 on_batch(outcome.deleted_cards)
             # A phase with a scan runs dry when its candidates are all taken, any other on a short batch.
-            if (scan.done if scan else outcome.selected < run.limits.batch_size):
+            if (scan.done if scan else outcome.selected < session.limits.batch_size):
                 break
 
 
@@ -270,40 +262,41 @@ class CandidateScan:
     def done(self) -> bool:
         return self.exhausted and not self.candidates
 
-    def next_candidates(self, run: Run) -> list[str]:
+    def next_candidates(self, session: JobSession, run: Run) -> list[str]:
         """Up to a batch of candidates, scanning on in chunks (each its own short transaction, no row locks) until
         it has a batch or has read every row; [] when no candidate is left."""
-        while not self.exhausted and len(self.candidates) < run.limits.batch_size:
-            run.session.check()
+        batch_size = session.limits.batch_size
+        while not self.exhausted and len(self.candidates) < batch_size:
+            session.check()
             after_at, after_id = self.after
-            with run.session.transaction() as cursor:
+            with session.transaction() as cursor:
                 cursor.execute(self.phase.scan_sql, {
-                    "after_at": after_at, "after_id": after_id,
-                    "chunk": SCAN_CHUNK, "cutoff": run.cutoff, "orphan_sweep_window": run.limits.orphan_sweep_window,
+                    "after_at": after_at, "after_id": after_id, "chunk": SCAN_CHUNK, "cutoff": run.cutoff,
+                    "orphan_sweep_window": session.limits.orphan_sweep_window,
                 })
                 scanned, found, *last = cursor.fetchone()
             self.candidates += parse_array(found) if found else []
             self.exhausted = scanned < SCAN_CHUNK
             self.after = tuple(last)
-        batch, self.candidates = self.candidates[:run.limits.batch_size], self.candidates[run.limits.batch_size:]
+        batch, self.candidates = self.candidates[:batch_size], self.candidates[batch_size:]
         return batch
 
 
-def wait_for_replicas_if_asked(run: Run) -> None:
+def wait_for_replicas_if_asked(session: JobSession, run: Run) -> None:
     """With max_replica_lag set, let the standbys catch up before a batch (retention.pacing); StopRun when they stay
     behind for longer than replica_lag_wait."""
-    if not run.limits.max_replica_lag:
+    if not session.limits.max_replica_lag:
         return
-    wait = wait_for_replicas(run.session, max_lag=run.limits.max_replica_lag, max_wait=run.limits.replica_lag_wait)
+    wait = wait_for_replicas(session, max_lag=session.limits.max_replica_lag, max_wait=session.limits.replica_lag_wait)
     run.replica_lag_wait += wait.waited.total_seconds()
     if wait.waited.total_seconds() > 0.01:
-        run.log.info(
+        session.log.info(
             "waited for the standbys" if wait.caught_up else "the standbys stayed behind",
             extra={"waited_seconds": round(wait.waited.total_seconds(), 3),
                    "replica_lag_seconds": wait.last_lag and round(wait.last_lag.total_seconds(), 3),
-                   "max_replica_lag_seconds": run.limits.max_replica_lag.total_seconds()},
+                   "max_replica_lag_seconds": session.limits.max_replica_lag.total_seconds()},
         )
-    run.session.check()  # a stop, or the run's time, ended the wait
+    session.check()  # a stop, or the run's time, ended the wait
     if not wait.caught_up:
         raise StopRun(StopReason.REPLICA_LAG)
 
@@ -326,37 +319,39 @@ class BatchRefused(Exception):
         self.params = params
 
 
-def delete_batch(run: Run, phase: Phase, after: tuple, only_ids: list[str] | None) -> BatchOutcome:
+def delete_batch(
+    session: JobSession, run: Run, phase: Phase, after: tuple, only_ids: list[str] | None
+) -> BatchOutcome:
     """One batch, one transaction, one statement: lock the oldest overdue rows after the key `after` (of those
     of `only_ids`), delete them, prove it ran on the lock's session. Counted in the run when it commits."""
     after_at, after_id = after
     params = {
-        "cutoff": run.cutoff, "batch_size": run.limits.batch_size, "after_at": after_at, "after_id": after_id,
+        "cutoff": run.cutoff, "batch_size": session.limits.batch_size, "after_at": after_at, "after_id": after_id,
         "only_ids": None if only_ids is None else array_literal(only_ids),
         "skipped_ids": array_literal([c.card_id for c in run.culprits if c.phase == phase.name]),
     }
     try:
-        with run.session.transaction(writes=True) as cursor:
+        with session.transaction(writes=True) as cursor:
             cursor.execute(phase.batch_sql, params)
             selected, deleted_cards, deleted_overrides, backend_pid, marker, *last_key = cursor.fetchone()
-            prove_holder(run.session, backend_pid, marker)
+            prove_holder(session, backend_pid, marker)
     except DatabaseError as error:
         if is_data_error(error):
             raise BatchRefused(error, params) from error
-        log_batch_failure(run, phase, error, ids_of_failed_batch(run, phase, params))
+        log_batch_failure(session, run, phase, error, ids_of_failed_batch(session, phase, params))
         raise
     if not selected:
         return BatchOutcome(selected=0, deleted_cards=0, deleted_overrides=0)
-    return count_batch(run, phase, BatchOutcome(
+    return count_batch(session, run, phase, BatchOutcome(
         selected=selected, deleted_cards=deleted_cards, deleted_overrides=deleted_overrides, last_key=tuple(last_key),
     ))
 
 
-def ids_of_failed_batch(run: Run, phase: Phase, params: dict) -> list[str]:
+def ids_of_failed_batch(session: JobSession, phase: Phase, params: dict) -> list[str]:
     """The ids a batch that failed for an infrastructure reason had selected, for its log line: read again (it
     rolled back whole), on a new session if its own is gone; [] when that fails too."""
     try:
-        with run.session.transaction() as cursor:
+        with session.transaction() as cursor:
             cursor.execute(phase.lock_sql, params)
             batch_ids = cursor.fetchone()[1]
     except (DatabaseError, psycopg.Error, StopRun):
@@ -364,13 +359,13 @@ def ids_of_failed_batch(run: Run, phase: Phase, params: dict) -> list[str]:
     return parse_array(batch_ids) if batch_ids else []
 
 
-def count_batch(run: Run, phase: Phase, outcome: BatchOutcome) -> BatchOutcome:
+def count_batch(session: JobSession, run: Run, phase: Phase, outcome: BatchOutcome) -> BatchOutcome:
     """Count a committed batch in the run."""
     run.batches += 1
     if phase.deleted_cards:
         run.counts[phase.deleted_cards] += outcome.deleted_cards
     run.counts[phase.deleted_overrides] += outcome.deleted_overrides
-    run.log.debug(
+    session.log.debug(
         "batch done",
         extra={"phase": phase.name, "batch_index": run.batches - 1, "selected": outcome.selected,
                "deleted_cards": outcome.deleted_cards, "deleted_overrides": outcome.deleted_overrides},
@@ -378,29 +373,29 @@ def count_batch(run: Run, phase: Phase, outcome: BatchOutcome) -> BatchOutcome:
     return outcome
 
 
-def isolate_culprits(run: Run, phase: Phase, refusal: BatchRefused) -> BatchOutcome:
+def isolate_culprits(session: JobSession, run: Run, phase: Phase, refusal: BatchRefused) -> BatchOutcome:
     """Redo a batch that failed for a data reason in one transaction, under the same lock, limits and session:
     lock its rows again (its transaction rolled back whole), log its ids, then delete them in halves, each under a
     savepoint, halving every part that fails until each card that cannot be deleted alone is isolated. A culprit
     costs about 2·log2(n) statements, a batch refused whole about 2n. The failed attempt and this transaction
     together count as one batch."""
     deleted_cards = deleted_overrides = 0
-    with run.session.transaction(writes=True) as cursor:
+    with session.transaction(writes=True) as cursor:
         cursor.execute(phase.lock_sql, refusal.params)
         selected, batch_ids, row_addresses, backend_pid, marker = cursor.fetchone()
-        prove_holder(run.session, backend_pid, marker)
-        log_batch_failure(run, phase, refusal.error, parse_array(batch_ids) if batch_ids else [])
+        prove_holder(session, backend_pid, marker)
+        log_batch_failure(session, run, phase, refusal.error, parse_array(batch_ids) if batch_ids else [])
         cursor.execute(BATCH_ROWS, {"ids": batch_ids or "{}", "row_addresses": row_addresses or "{}"})
         pending = [(cursor.fetchall(), refusal.error)] if selected else []
         while pending:
             cards, error = pending.pop()
             if len(cards) == 1:
-                record_culprit(run, phase, cards[0][0], error)
+                record_culprit(session, run, phase, cards[0][0], error)
                 continue
             half = len(cards) // 2
             for part in (cards[:half], cards[half:]):
                 try:
-                    with transaction.atomic(using=run.session.using):  # a savepoint: a failing part undoes itself
+                    with transaction.atomic(using=session.using):  # a savepoint: a failing part undoes itself
                         cursor.execute(phase.delete_sql, {
                             # A row address "(page,item)" holds a comma: quoted as an array element.
                             "row_addresses": array_literal([f'"{address}"' for _, address in part]),
@@ -414,12 +409,14 @@ def isolate_culprits(run: Run, phase: Phase, refusal: BatchRefused) -> BatchOutc
                     continue
                 deleted_cards += part_cards
                 deleted_overrides += part_overrides
-    return count_batch(run, phase, BatchOutcome(
+    return count_batch(session, run, phase, BatchOutcome(
         selected=selected or 0, deleted_cards=deleted_cards, deleted_overrides=deleted_overrides
     ))
 
 
-def stop_if_systemic(run: Run, phase: Phase, outcome: BatchOutcome, error: DatabaseError) -> None:
+def stop_if_systemic(
+    session: JobSession, run: Run, phase: Phase, outcome: BatchOutcome, error: DatabaseError
+) -> None:
     """Stop the run, failed, with a one-line reason when the refusals are no longer a few poison cards: every card of
     two consecutive batches refused, or more culprits than MAX_CULPRITS."""
     run.refused_batches = run.refused_batches + 1 if outcome.deleted_cards == 0 else 0
@@ -430,30 +427,32 @@ def stop_if_systemic(run: Run, phase: Phase, outcome: BatchOutcome, error: Datab
     else:
         return
     run.systemic_failure = reason
-    run.log.error(reason, extra={"phase": phase.name, "culprits": len(run.culprits)})
+    session.log.error(reason, extra={"phase": phase.name, "culprits": len(run.culprits)})
     raise StopRun(StopReason.FAILED)
 
 
-def record_culprit(run: Run, phase: Phase, card_id: str, error: DatabaseError) -> None:
+def record_culprit(session: JobSession, run: Run, phase: Phase, card_id: str, error: DatabaseError) -> None:
     message = first_line(error)
     run.culprits.append(Culprit(phase=phase.name, card_id=card_id, error=message))
     if len(run.culprits) <= CULPRITS_LISTED:
-        run.log.error(
+        session.log.error(
             "card cannot be deleted: left in place, the run counts as failed",
             extra={"phase": phase.name, "card_id": card_id, "error": message, "sqlstate": sqlstate(error)},
         )
 
 
-def log_batch_failure(run: Run, phase: Phase, error: DatabaseError, ids: list[str]) -> None:
+def log_batch_failure(
+    session: JobSession, run: Run, phase: Phase, error: DatabaseError, ids: list[str]
+) -> None:
     """One line for the failure, then the batch's ids as JSON arrays, chunked so that every line stays short."""
     parts = max(1, math.ceil(len(ids) / IDS_PER_LOG_LINE))
-    run.log.error(
+    session.log.error(
         "batch failed",
         extra={"phase": phase.name, "batch_index": run.batches, "batch_size": len(ids), "error": first_line(error),
                "sqlstate": sqlstate(error), "batch_id_parts": parts if ids else 0},
     )
     for part in range(parts if ids else 0):
-        run.log.error(
+        session.log.error(
             "batch ids",
             extra={"phase": phase.name, "batch_index": run.batches, "part": part + 1, "parts": parts,
                    "batch_ids": ids[part * IDS_PER_LOG_LINE:(part + 1) * IDS_PER_LOG_LINE]},

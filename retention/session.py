@@ -15,13 +15,17 @@ import os
 import socket
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from datetime import timedelta
+from functools import cached_property
 
 from django.db import DatabaseError, connections, transaction
 
+from config.logging import RunLog
+from retention.limits import PurgeLimits
 from retention.results import StopReason
 
 logger = logging.getLogger(__name__)
@@ -118,14 +122,12 @@ class Flight:
 
 @dataclass
 class JobSession(Session):
-    """The run's session on `using`: its limits' timeouts, its deadline, its stop request (module docstring)."""
+    """A run's session on `using`: the run's id, log and limits, their timeouts and deadline, its stop request."""
 
     using: str
-    statement_timeout: timedelta
-    lock_timeout: timedelta
-    max_duration: timedelta
+    limits: PurgeLimits
     stop: StopRequest = field(default_factory=StopRequest)
-    application_name: str = "purge_delisted"
+    run_id: uuid.UUID = field(default_factory=uuid.uuid4)
     started: float = field(default_factory=time.monotonic)
     # The advisory lock's holder (backend pid, marker), once taken: every batch proves it ran there.
     holder: tuple[int, str] | None = None
@@ -134,8 +136,13 @@ class JobSession(Session):
     _guard: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _timeouts: tuple | None = field(default=None, repr=False)  # (the connection, statement ms, lock ms) set on it
 
+    @cached_property
+    def log(self) -> RunLog:
+        """The run's log, the service's logger: every line carries the run id."""
+        return RunLog(logging.getLogger("retention.service"), {"run_id": str(self.run_id)})
+
     def left(self) -> timedelta:
-        return self.max_duration - timedelta(seconds=time.monotonic() - self.started)
+        return self.limits.max_duration - timedelta(seconds=time.monotonic() - self.started)
 
     def connection(self):
         """The database connection the session runs on now (Django replaces one that broke)."""
@@ -229,15 +236,15 @@ class JobSession(Session):
         if sync_wait_cancels:
             # Committed here, not confirmed by the standby: the caller counts the batch, the run stops.
             self.unconfirmed_commit = True
-            logger.warning(SYNC_WAIT_CANCELLED_MESSAGE)
+            self.log.warning(SYNC_WAIT_CANCELLED_MESSAGE)
 
     def _bound(self, cursor, session) -> None:
         """The timeouts (ms): settings of the session, set with its application name by its first transaction;
         a later transaction sets them for itself (SET LOCAL) only once the time left is below them."""
-        statement_timeout = milliseconds(max(MIN_STATEMENT_TIMEOUT, min(self.statement_timeout, self.left())))
-        lock_timeout = min(milliseconds(self.lock_timeout), statement_timeout)
+        statement_timeout = milliseconds(max(MIN_STATEMENT_TIMEOUT, min(self.limits.statement_timeout, self.left())))
+        lock_timeout = min(milliseconds(self.limits.lock_timeout), statement_timeout)
         params = {"statement_timeout": f"{statement_timeout}ms", "lock_timeout": f"{lock_timeout}ms",
-                  "application_name": self.application_name}
+                  "application_name": f"purge_delisted {self.run_id}"}
         if self._timeouts is None or self._timeouts[0] is not session:
             cursor.execute(SET_SESSION_TIMEOUTS, params)
             self._timeouts = (session, statement_timeout, lock_timeout)

@@ -51,10 +51,7 @@ def purge(*, dry_run=False, now=None, stop=None, on_start=None, on_batch=None, u
 
 def job_session(*, using: str = "default", stop: StopRequest | None = None, **limit_changes) -> JobSession:
     """A run's session at the test limits, as purge_delisted_cards makes one."""
-    run_limits = limits(**limit_changes)
-    return JobSession(using=using, statement_timeout=run_limits.statement_timeout,
-                      lock_timeout=run_limits.lock_timeout, max_duration=run_limits.max_duration,
-                      stop=stop or StopRequest())
+    return JobSession(using=using, limits=limits(**limit_changes), stop=stop or StopRequest())
 
 
 def database_url_of_tests(*, user: str | None = None, alias: str = "default") -> str:
