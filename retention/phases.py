@@ -6,6 +6,7 @@ The rule that leaves no property object dangling, a project held back while a pr
 written once (HELD_BACK_BY) and formatted into every statement that applies it.
 """
 
+import textwrap
 from dataclasses import dataclass
 
 from retention.locks import SESSION_MARKER
@@ -57,37 +58,54 @@ class Phase:
 # `deleted_overrides` and (card phases) `deleted_cards`. A locked row's ctid cannot change while its lock is held.
 def phase(name: str, *, select_batch: str, delete: str, moment: str, id_type: str, first_key: tuple,
           deleted_cards: str | None, deleted_overrides: str, scan_sql: str | None = None) -> Phase:
+    select_batch, delete = clean(select_batch), clean(delete)
     counts = "(SELECT count(*) FROM deleted_cards)" if deleted_cards else "0"
     return Phase(
         name=name,
         # Ids and row addresses come back as one array text value each, not thousands of values to adapt.
-        lock_sql=f"""
+        lock_sql=clean(f"""
             SELECT count(*), array_agg(id)::text, array_agg(ctid)::text, pg_backend_pid(),
                    current_setting('{SESSION_MARKER}', true)
-              FROM ({select_batch} FOR UPDATE SKIP LOCKED) AS batch
-        """,
-        delete_sql=f"""
+              FROM (
+                {indented(select_batch, 16)}
+                   FOR UPDATE SKIP LOCKED
+              ) AS batch
+        """),
+        delete_sql=clean(f"""
             WITH batch AS (
                 SELECT unnest(%(row_addresses)s::tid[]) AS ctid, unnest(%(ids)s::{id_type}[]) AS id
             ),
-            {delete}
+            {indented(delete, 12)}
             SELECT {counts}, (SELECT count(*) FROM deleted_overrides)
-        """,
-        batch_sql=f"""
-            WITH batch AS ({select_batch} FOR UPDATE SKIP LOCKED),
-            {delete},
+        """),
+        batch_sql=clean(f"""
+            WITH batch AS (
+                {indented(select_batch, 16)}
+                   FOR UPDATE SKIP LOCKED
+            ),
+            {indented(delete, 12)},
             last AS (
                 SELECT {moment}, id FROM batch ORDER BY {moment} DESC, id DESC LIMIT 1
             )
             SELECT (SELECT count(*) FROM batch), {counts}, (SELECT count(*) FROM deleted_overrides),
                    pg_backend_pid(), current_setting('{SESSION_MARKER}', true),
                    (SELECT {moment} FROM last), (SELECT id FROM last)
-        """,
+        """),
         deleted_cards=deleted_cards,
         deleted_overrides=deleted_overrides,
         first_key=first_key,
-        scan_sql=scan_sql,
+        scan_sql=scan_sql and clean(scan_sql),
     )
+
+
+def clean(sql: str) -> str:
+    """A statement or a part of one as it is written here, without the Python indentation around it."""
+    return textwrap.dedent(sql).strip()
+
+
+def indented(part: str, column: int) -> str:
+    """A part of several lines placed at `column` of a statement written here: its lines after the first follow."""
+    return textwrap.indent(part, " " * column).lstrip()
 
 
 # A refused batch's rows (lock_sql's arrays), one (id, row address) a row, for the culprit search to split.

@@ -49,43 +49,41 @@ WITH batch AS (
        AND id::text <> ALL(%(skipped_ids)s::text[])
      ORDER BY created_at, id
      LIMIT %(batch_size)s
- FOR UPDATE SKIP LOCKED),
-
-    deleted_overrides AS (
-        DELETE FROM catalog.property_object_display_overrides AS override
-         WHERE override.ctid = ANY(ARRAY(SELECT ctid FROM batch)) AND NOT EXISTS (SELECT FROM catalog.property_object_cards AS card WHERE card.id = override.property_object_id)
-        RETURNING 1
-    )
-,
-    last AS (
-        SELECT created_at, id FROM batch ORDER BY created_at DESC, id DESC LIMIT 1
-    )
-    SELECT (SELECT count(*) FROM batch), 0, (SELECT count(*) FROM deleted_overrides),
-           pg_backend_pid(), current_setting('purge_delisted.run_id', true),
-           (SELECT created_at FROM last), (SELECT id FROM last);
+       FOR UPDATE SKIP LOCKED
+),
+deleted_overrides AS (
+    DELETE FROM catalog.property_object_display_overrides AS override
+     WHERE override.ctid = ANY(ARRAY(SELECT ctid FROM batch)) AND NOT EXISTS (SELECT FROM catalog.property_object_cards AS card WHERE card.id = override.property_object_id)
+    RETURNING 1
+),
+last AS (
+    SELECT created_at, id FROM batch ORDER BY created_at DESC, id DESC LIMIT 1
+)
+SELECT (SELECT count(*) FROM batch), 0, (SELECT count(*) FROM deleted_overrides),
+       pg_backend_pid(), current_setting('purge_delisted.run_id', true),
+       (SELECT created_at FROM last), (SELECT id FROM last);
 
 -- orphan_property_object_overrides.lock_sql
 SELECT count(*), array_agg(id)::text, array_agg(ctid)::text, pg_backend_pid(),
-          current_setting('purge_delisted.run_id', true)
-     FROM (
-   SELECT id, ctid, created_at FROM catalog.property_object_display_overrides AS override
-    WHERE id = ANY(%(only_ids)s::bigint[]) AND NOT EXISTS (SELECT FROM catalog.property_object_cards AS card WHERE card.id = override.property_object_id) AND (created_at, id) > (%(after_at)s::timestamptz, %(after_id)s::bigint)
-      AND id::text <> ALL(%(skipped_ids)s::text[])
-    ORDER BY created_at, id
-    LIMIT %(batch_size)s
-FOR UPDATE SKIP LOCKED) AS batch;
+       current_setting('purge_delisted.run_id', true)
+  FROM (
+    SELECT id, ctid, created_at FROM catalog.property_object_display_overrides AS override
+     WHERE id = ANY(%(only_ids)s::bigint[]) AND NOT EXISTS (SELECT FROM catalog.property_object_cards AS card WHERE card.id = override.property_object_id) AND (created_at, id) > (%(after_at)s::timestamptz, %(after_id)s::bigint)
+       AND id::text <> ALL(%(skipped_ids)s::text[])
+     ORDER BY created_at, id
+     LIMIT %(batch_size)s
+       FOR UPDATE SKIP LOCKED
+  ) AS batch;
 
 -- orphan_property_object_overrides.delete_sql
 WITH batch AS (
     SELECT unnest(%(row_addresses)s::tid[]) AS ctid, unnest(%(ids)s::bigint[]) AS id
 ),
-
 deleted_overrides AS (
     DELETE FROM catalog.property_object_display_overrides AS override
      WHERE override.ctid = ANY(ARRAY(SELECT ctid FROM batch)) AND NOT EXISTS (SELECT FROM catalog.property_object_cards AS card WHERE card.id = override.property_object_id)
     RETURNING 1
 )
-
 SELECT 0, (SELECT count(*) FROM deleted_overrides);
 
 -- orphan_building_overrides.scan_sql
@@ -111,43 +109,41 @@ WITH batch AS (
        AND id::text <> ALL(%(skipped_ids)s::text[])
      ORDER BY created_at, id
      LIMIT %(batch_size)s
- FOR UPDATE SKIP LOCKED),
-
-    deleted_overrides AS (
-        DELETE FROM catalog.building_display_overrides AS override
-         WHERE override.ctid = ANY(ARRAY(SELECT ctid FROM batch)) AND NOT EXISTS (SELECT FROM catalog.project_cards AS card WHERE card.id = override.project_id)
-        RETURNING 1
-    )
-,
-    last AS (
-        SELECT created_at, id FROM batch ORDER BY created_at DESC, id DESC LIMIT 1
-    )
-    SELECT (SELECT count(*) FROM batch), 0, (SELECT count(*) FROM deleted_overrides),
-           pg_backend_pid(), current_setting('purge_delisted.run_id', true),
-           (SELECT created_at FROM last), (SELECT id FROM last);
+       FOR UPDATE SKIP LOCKED
+),
+deleted_overrides AS (
+    DELETE FROM catalog.building_display_overrides AS override
+     WHERE override.ctid = ANY(ARRAY(SELECT ctid FROM batch)) AND NOT EXISTS (SELECT FROM catalog.project_cards AS card WHERE card.id = override.project_id)
+    RETURNING 1
+),
+last AS (
+    SELECT created_at, id FROM batch ORDER BY created_at DESC, id DESC LIMIT 1
+)
+SELECT (SELECT count(*) FROM batch), 0, (SELECT count(*) FROM deleted_overrides),
+       pg_backend_pid(), current_setting('purge_delisted.run_id', true),
+       (SELECT created_at FROM last), (SELECT id FROM last);
 
 -- orphan_building_overrides.lock_sql
 SELECT count(*), array_agg(id)::text, array_agg(ctid)::text, pg_backend_pid(),
-          current_setting('purge_delisted.run_id', true)
-     FROM (
-   SELECT id, ctid, created_at FROM catalog.building_display_overrides AS override
-    WHERE id = ANY(%(only_ids)s::bigint[]) AND NOT EXISTS (SELECT FROM catalog.project_cards AS card WHERE card.id = override.project_id) AND (created_at, id) > (%(after_at)s::timestamptz, %(after_id)s::bigint)
-      AND id::text <> ALL(%(skipped_ids)s::text[])
-    ORDER BY created_at, id
-    LIMIT %(batch_size)s
-FOR UPDATE SKIP LOCKED) AS batch;
+       current_setting('purge_delisted.run_id', true)
+  FROM (
+    SELECT id, ctid, created_at FROM catalog.building_display_overrides AS override
+     WHERE id = ANY(%(only_ids)s::bigint[]) AND NOT EXISTS (SELECT FROM catalog.project_cards AS card WHERE card.id = override.project_id) AND (created_at, id) > (%(after_at)s::timestamptz, %(after_id)s::bigint)
+       AND id::text <> ALL(%(skipped_ids)s::text[])
+     ORDER BY created_at, id
+     LIMIT %(batch_size)s
+       FOR UPDATE SKIP LOCKED
+  ) AS batch;
 
 -- orphan_building_overrides.delete_sql
 WITH batch AS (
     SELECT unnest(%(row_addresses)s::tid[]) AS ctid, unnest(%(ids)s::bigint[]) AS id
 ),
-
 deleted_overrides AS (
     DELETE FROM catalog.building_display_overrides AS override
      WHERE override.ctid = ANY(ARRAY(SELECT ctid FROM batch)) AND NOT EXISTS (SELECT FROM catalog.project_cards AS card WHERE card.id = override.project_id)
     RETURNING 1
 )
-
 SELECT 0, (SELECT count(*) FROM deleted_overrides);
 
 -- property_objects.batch_sql
@@ -159,44 +155,43 @@ WITH batch AS (
        AND id <> ALL(%(skipped_ids)s::uuid[])
      ORDER BY updated_at, id
      LIMIT %(batch_size)s
- FOR UPDATE SKIP LOCKED),
-
-    deleted_cards AS (
-        DELETE FROM catalog.property_object_cards AS card
-         WHERE card.ctid = ANY(ARRAY(SELECT ctid FROM batch))
-           AND card.status = 'Delisted' AND card.updated_at < %(cutoff)s
-        RETURNING card.id
-    ), deleted_overrides AS (
-        DELETE FROM catalog.property_object_display_overrides
-         WHERE property_object_id = ANY(ARRAY(SELECT id FROM deleted_cards))
-        RETURNING 1
-    )
-,
-        last AS (
-            SELECT updated_at, id FROM batch ORDER BY updated_at DESC, id DESC LIMIT 1
-        )
-        SELECT (SELECT count(*) FROM batch), (SELECT count(*) FROM deleted_cards), (SELECT count(*) FROM deleted_overrides),
-               pg_backend_pid(), current_setting('purge_delisted.run_id', true),
-               (SELECT updated_at FROM last), (SELECT id FROM last);
+       FOR UPDATE SKIP LOCKED
+),
+deleted_cards AS (
+    DELETE FROM catalog.property_object_cards AS card
+     WHERE card.ctid = ANY(ARRAY(SELECT ctid FROM batch))
+       AND card.status = 'Delisted' AND card.updated_at < %(cutoff)s
+    RETURNING card.id
+), deleted_overrides AS (
+    DELETE FROM catalog.property_object_display_overrides
+     WHERE property_object_id = ANY(ARRAY(SELECT id FROM deleted_cards))
+    RETURNING 1
+),
+last AS (
+    SELECT updated_at, id FROM batch ORDER BY updated_at DESC, id DESC LIMIT 1
+)
+SELECT (SELECT count(*) FROM batch), (SELECT count(*) FROM deleted_cards), (SELECT count(*) FROM deleted_overrides),
+       pg_backend_pid(), current_setting('purge_delisted.run_id', true),
+       (SELECT updated_at FROM last), (SELECT id FROM last);
 
 -- property_objects.lock_sql
 SELECT count(*), array_agg(id)::text, array_agg(ctid)::text, pg_backend_pid(),
-              current_setting('purge_delisted.run_id', true)
-         FROM (
-   SELECT id, ctid, updated_at FROM catalog.property_object_cards AS card
-    WHERE status = 'Delisted' AND updated_at < %(cutoff)s
-      AND (updated_at, id) > (%(after_at)s::timestamptz, %(after_id)s::uuid)
-      AND (%(only_ids)s::uuid[] IS NULL OR id = ANY(%(only_ids)s::uuid[]))
-      AND id <> ALL(%(skipped_ids)s::uuid[])
-    ORDER BY updated_at, id
-    LIMIT %(batch_size)s
-FOR UPDATE SKIP LOCKED) AS batch;
+       current_setting('purge_delisted.run_id', true)
+  FROM (
+    SELECT id, ctid, updated_at FROM catalog.property_object_cards AS card
+     WHERE status = 'Delisted' AND updated_at < %(cutoff)s
+       AND (updated_at, id) > (%(after_at)s::timestamptz, %(after_id)s::uuid)
+       AND (%(only_ids)s::uuid[] IS NULL OR id = ANY(%(only_ids)s::uuid[]))
+       AND id <> ALL(%(skipped_ids)s::uuid[])
+     ORDER BY updated_at, id
+     LIMIT %(batch_size)s
+       FOR UPDATE SKIP LOCKED
+  ) AS batch;
 
 -- property_objects.delete_sql
 WITH batch AS (
-        SELECT unnest(%(row_addresses)s::tid[]) AS ctid, unnest(%(ids)s::uuid[]) AS id
-    ),
-
+    SELECT unnest(%(row_addresses)s::tid[]) AS ctid, unnest(%(ids)s::uuid[]) AS id
+),
 deleted_cards AS (
     DELETE FROM catalog.property_object_cards AS card
      WHERE card.ctid = ANY(ARRAY(SELECT ctid FROM batch))
@@ -207,8 +202,7 @@ deleted_cards AS (
      WHERE property_object_id = ANY(ARRAY(SELECT id FROM deleted_cards))
     RETURNING 1
 )
-
-    SELECT (SELECT count(*) FROM deleted_cards), (SELECT count(*) FROM deleted_overrides);
+SELECT (SELECT count(*) FROM deleted_cards), (SELECT count(*) FROM deleted_overrides);
 
 -- projects.scan_sql
 WITH chunk AS (
@@ -232,48 +226,47 @@ WITH batch AS (
        AND id <> ALL(%(skipped_ids)s::uuid[])
      ORDER BY updated_at, id
      LIMIT %(batch_size)s
- FOR UPDATE SKIP LOCKED),
-
-    holding AS (
-        SELECT catalog.projects_with_property_objects(ARRAY(SELECT id FROM batch)) AS ids
-    ),
-    deleted_cards AS (
-        DELETE FROM catalog.project_cards AS card
-         WHERE card.ctid = ANY(ARRAY(SELECT ctid FROM batch))
-           AND card.status = 'Delisted' AND card.updated_at < %(cutoff)s
-           AND card.id <> ALL((SELECT ids FROM holding)::uuid[])
-        RETURNING card.id
-    ), deleted_overrides AS (
-        DELETE FROM catalog.building_display_overrides
-         WHERE project_id = ANY(ARRAY(SELECT id FROM deleted_cards))
-        RETURNING 1
-    )
-,
-        last AS (
-            SELECT updated_at, id FROM batch ORDER BY updated_at DESC, id DESC LIMIT 1
-        )
-        SELECT (SELECT count(*) FROM batch), (SELECT count(*) FROM deleted_cards), (SELECT count(*) FROM deleted_overrides),
-               pg_backend_pid(), current_setting('purge_delisted.run_id', true),
-               (SELECT updated_at FROM last), (SELECT id FROM last);
+       FOR UPDATE SKIP LOCKED
+),
+holding AS (
+    SELECT catalog.projects_with_property_objects(ARRAY(SELECT id FROM batch)) AS ids
+),
+deleted_cards AS (
+    DELETE FROM catalog.project_cards AS card
+     WHERE card.ctid = ANY(ARRAY(SELECT ctid FROM batch))
+       AND card.status = 'Delisted' AND card.updated_at < %(cutoff)s
+       AND card.id <> ALL((SELECT ids FROM holding)::uuid[])
+    RETURNING card.id
+), deleted_overrides AS (
+    DELETE FROM catalog.building_display_overrides
+     WHERE project_id = ANY(ARRAY(SELECT id FROM deleted_cards))
+    RETURNING 1
+),
+last AS (
+    SELECT updated_at, id FROM batch ORDER BY updated_at DESC, id DESC LIMIT 1
+)
+SELECT (SELECT count(*) FROM batch), (SELECT count(*) FROM deleted_cards), (SELECT count(*) FROM deleted_overrides),
+       pg_backend_pid(), current_setting('purge_delisted.run_id', true),
+       (SELECT updated_at FROM last), (SELECT id FROM last);
 
 -- projects.lock_sql
 SELECT count(*), array_agg(id)::text, array_agg(ctid)::text, pg_backend_pid(),
-              current_setting('purge_delisted.run_id', true)
-         FROM (
-   SELECT id, ctid, updated_at FROM catalog.project_cards AS card
-    WHERE status = 'Delisted' AND updated_at < %(cutoff)s AND NOT EXISTS (SELECT FROM catalog.property_object_cards AS po WHERE po.project_id = card.id AND true)
-      AND (updated_at, id) > (%(after_at)s::timestamptz, %(after_id)s::uuid)
-      AND (%(only_ids)s::uuid[] IS NULL OR id = ANY(%(only_ids)s::uuid[]))
-      AND id <> ALL(%(skipped_ids)s::uuid[])
-    ORDER BY updated_at, id
-    LIMIT %(batch_size)s
-FOR UPDATE SKIP LOCKED) AS batch;
+       current_setting('purge_delisted.run_id', true)
+  FROM (
+    SELECT id, ctid, updated_at FROM catalog.project_cards AS card
+     WHERE status = 'Delisted' AND updated_at < %(cutoff)s AND NOT EXISTS (SELECT FROM catalog.property_object_cards AS po WHERE po.project_id = card.id AND true)
+       AND (updated_at, id) > (%(after_at)s::timestamptz, %(after_id)s::uuid)
+       AND (%(only_ids)s::uuid[] IS NULL OR id = ANY(%(only_ids)s::uuid[]))
+       AND id <> ALL(%(skipped_ids)s::uuid[])
+     ORDER BY updated_at, id
+     LIMIT %(batch_size)s
+       FOR UPDATE SKIP LOCKED
+  ) AS batch;
 
 -- projects.delete_sql
 WITH batch AS (
-        SELECT unnest(%(row_addresses)s::tid[]) AS ctid, unnest(%(ids)s::uuid[]) AS id
-    ),
-
+    SELECT unnest(%(row_addresses)s::tid[]) AS ctid, unnest(%(ids)s::uuid[]) AS id
+),
 holding AS (
     SELECT catalog.projects_with_property_objects(ARRAY(SELECT id FROM batch)) AS ids
 ),
@@ -288,8 +281,7 @@ deleted_cards AS (
      WHERE project_id = ANY(ARRAY(SELECT id FROM deleted_cards))
     RETURNING 1
 )
-
-    SELECT (SELECT count(*) FROM deleted_cards), (SELECT count(*) FROM deleted_overrides);
+SELECT (SELECT count(*) FROM deleted_cards), (SELECT count(*) FROM deleted_overrides);
 
 -- backlog: property_object_cards, in chunks
 SELECT count(*), count(*) FILTER (WHERE updated_at < %(cutoff)s), min(updated_at), max(updated_at)
