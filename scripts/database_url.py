@@ -90,9 +90,7 @@ def stop_pgserver() -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--stop", action="store_true", help="stop the embedded PostgreSQL and delete its data")
-    parser.add_argument(
-        "--embedded", action="store_true", help="the embedded PostgreSQL, even if $DATABASE_URL or 127.0.0.1:5432 is there"
-    )
+    parser.add_argument("--embedded", action="store_true", help="the embedded PostgreSQL, whatever else answers")
     arguments = parser.parse_args()
     if arguments.stop:
         stop_pgserver()
