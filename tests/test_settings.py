@@ -36,7 +36,9 @@ def test_malformed_setting_is_one_line_and_exit_2(variable, value, message):
     ],
 )
 def test_a_unix_socket_directory_may_be_percent_encoded_in_the_host_as_libpq_reads_it(url, host, port):
-    shown = "from django.conf import settings; d = settings.DATABASES['default']; print(repr((d['HOST'], str(d['PORT']))))"
+    shown = (
+        "from django.conf import settings; d = settings.DATABASES['default']; print(repr((d['HOST'], str(d['PORT']))))"
+    )
 
     result = run_manage("shell", "-c", shown, DATABASE_URL=url)
 

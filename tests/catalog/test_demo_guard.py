@@ -145,7 +145,8 @@ def restored_database(django_db_setup):
 def test_a_real_catalog_restored_from_a_demo_databases_schema_dump_is_not_reset(restored_database):
     # The server's own major version: pg_dump refuses a newer server (Debian's 15 against the embedded 16).
     pg_dump, psql = (
-        installed_tool(name, f"postgresql-client-{POSTGRES_MAJOR}", path=POSTGRES_BINDIR) for name in ("pg_dump", "psql")
+        installed_tool(name, f"postgresql-client-{POSTGRES_MAJOR}", path=POSTGRES_BINDIR)
+        for name in ("pg_dump", "psql")
     )
     assert run_manage(*DEMO_RESET).returncode == 0  # the test database is now a demo database
     schema = subprocess.run(
