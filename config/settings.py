@@ -136,8 +136,8 @@ WSGI_APPLICATION = "config.wsgi.application"
 DATABASES = {
     "default": database_from_url("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/catalog"),
 }
-# The retention job's own connection, when the web app reaches PostgreSQL through a transaction-pooling PgBouncer:
-# the job needs a real session for its advisory lock (README: The advisory lock). Direct, or a session-pooling pool.
+# The retention job's own connection, straight to PostgreSQL, when the web app reaches it through a connection pooler
+# (the job needs a real session for its advisory lock: docs/poolers.md), or to run the job as its own role.
 if env.str("DELISTED_RETENTION_DATABASE_URL", default=""):
     DATABASES["retention"] = database_from_url("DELISTED_RETENTION_DATABASE_URL", "")
 
