@@ -1,11 +1,13 @@
 """The documentation stays a door and stays inside the repository: README.md at most 12 KiB, every relative link of
 README.md and docs/ resolving to a file of the checkout (none outside it), and every test docs/contract.md maps the
-design document's tests to existing."""
+design document's tests to existing. The README's options table gives each limit the range and default of
+retention/limits.py and .env.example."""
 
 import re
 
 import pytest
 
+from retention.limits import LIMITS, number
 from tests.support import PROJECT_ROOT
 
 README = PROJECT_ROOT / "README.md"
@@ -35,3 +37,20 @@ def test_every_test_the_contract_names_exists():
 
     absent = [f"{path}::{name}" for path, name in named if f"def {name}(" not in (PROJECT_ROOT / path).read_text()]
     assert absent == []
+
+
+def test_the_readme_options_give_each_limit_its_range_and_default():
+    rows = {
+        setting: (default, low.replace(" ", ""), high.replace(" ", ""))
+        for setting, default, low, high in re.findall(
+            r"^\| [^|]+ \| `(\w+)` \| ([\d.]+) \| ([\d ]+)–([\d ]+) \|", README.read_text(), re.MULTILINE
+        )
+    }
+
+    # The defaults as .env.example shows them, which tests/test_env_example.py holds to settings.py's.
+    defaults = dict(re.findall(r"^(\w+)=(.*)$", (PROJECT_ROOT / ".env.example").read_text(), re.MULTILINE))
+
+    for limit in LIMITS:
+        low = 1 if limit.minimum is None else limit.minimum
+        expected = (defaults[limit.setting], number(low), number(limit.maximum))
+        assert rows.get(limit.setting.removeprefix("DELISTED_RETENTION_")) == expected, limit.setting
