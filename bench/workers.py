@@ -71,48 +71,37 @@ def setup_django(database_url: str) -> None:
 
 
 def timed_job(*, database_url: str, batch_size: int, batch_pause_ms: int, max_batches: int) -> dict:
-    """purge_delisted_cards in this process, timing each batch from the service's own hooks: the stop request is
-    asked right before a batch (after the pause), `on_batch` is told right after the batch committed. The pause
-    factor, if any, comes from DELISTED_RETENTION_BATCH_PAUSE_FACTOR in the environment.
-
-    Every transaction of the run (the counts, the orphan sweep, the batches) is a `Run.transaction`: each one is
-    timed from entering it to leaving it, so `longest_transaction` bounds every row lock the run held."""
+    """purge_delisted_cards in this process, timing every transaction of the run (the counts, the orphan sweep, the
+    batches) from entering it to leaving it: a batch is a writing transaction, and `longest_transaction` bounds every
+    row lock the run held. The pause factor, if any, comes from DELISTED_RETENTION_BATCH_PAUSE_FACTOR."""
     setup_django(database_url)
     # Need the app registry that setup_django filled.
     from retention.limits import PurgeLimits
-    from retention.service import Run, StopRequest, purge_delisted_cards
+    from retention.service import purge_delisted_cards
+    from retention.session import JobSession
 
-    asked_at: list[float] = []
     batch_seconds: list[float] = []
     transaction_seconds: list[float] = []
-
-    class TimedStop(StopRequest):
-        @property
-        def requested(self) -> bool:
-            asked_at.append(time.monotonic())
-            return False
-
-    def after_batch(deleted_cards: int) -> None:
-        batch_seconds.append(time.monotonic() - asked_at[-1])
-
-    untimed_transaction = Run.transaction
+    untimed_transaction = JobSession.transaction
 
     @contextmanager
-    def timed_transaction(run, **options) -> Iterator:
+    def timed_transaction(session, *, writes: bool = False) -> Iterator:
         started = time.monotonic()
         try:
-            with untimed_transaction(run, **options) as cursor:
+            with untimed_transaction(session, writes=writes) as cursor:
                 yield cursor
         finally:
             transaction_seconds.append(time.monotonic() - started)
+            if writes:
+                batch_seconds.append(transaction_seconds[-1])
 
-    Run.transaction = timed_transaction
+    JobSession.transaction = timed_transaction
     limits = PurgeLimits.from_settings().replace(
         retention=RETENTION, batch_size=batch_size, max_batches=max_batches, max_duration=UNLIMITED_DURATION,
         batch_pause=timedelta(milliseconds=batch_pause_ms),
     )
     started = time.monotonic()
-    result = purge_delisted_cards(limits, stop=TimedStop(), on_batch=after_batch)
+    result = purge_delisted_cards(limits)
     finished = time.monotonic()
     return {
         "started": started,

@@ -200,10 +200,6 @@ if DELISTED_RETENTION_LOCK_DATABASE not in DATABASES:
         f"got {DELISTED_RETENTION_LOCK_DATABASE!r}"
     )
 
-# What the pooler in front of the job's database is, if one answers: only "session" (a session pool) lets the job run
-# through it; empty: none is expected, and the job refuses any pooler. Checked by `manage.py check`.
-DELISTED_RETENTION_POOLER = env.str("DELISTED_RETENTION_POOLER", default="").strip()
-
 # Metrics of a run, each way switched on by its variable (see retention/metrics.py); empty: off.
 PROMETHEUS_PUSHGATEWAY_URL = env.str("PROMETHEUS_PUSHGATEWAY_URL", default="").strip()
 DELISTED_RETENTION_METRICS_TEXTFILE = env.str("DELISTED_RETENTION_METRICS_TEXTFILE", default="").strip()

@@ -29,6 +29,7 @@ from retention.metrics import (
 from retention.models import DelistedRetention
 from retention.preview import held_back_after, preview_run
 from retention.results import Outcome
+from retention.session import Session
 
 # A page must not hang on a Pushgateway that accepts connections and never answers.
 SINK_READ_TIMEOUT_SECONDS = 2
@@ -110,16 +111,15 @@ def backlog_report(*, using: str = "default") -> dict:
         limits = PurgeLimits.from_settings()
     except PurgeLimitsError as error:
         return {"limit_rows": limit_rows, "settings_error": str(error)}
-    cutoff = compute_cutoff(limits.retention, None, using)
-    backlog = measure_backlog(cutoff=cutoff, using=using)
-    held_back_after_overdue_objects = held_back_after(cutoff=cutoff, using=using)
+    session = Session(using)
+    cutoff = compute_cutoff(session, limits.retention)
+    backlog = measure_backlog(session, cutoff=cutoff)
+    held_back_after_overdue_objects = held_back_after(session, cutoff=cutoff)
     cards_per_run = limits.batch_size * limits.max_batches
     return {
         "limit_rows": limit_rows,
         "backlog": backlog,
-        "deletable_on": count_becoming_deletable(
-            cutoff=cutoff, retention=limits.retention, days=CHART_DAYS, using=using
-        ),
+        "deletable_on": count_becoming_deletable(session, cutoff=cutoff, retention=limits.retention, days=CHART_DAYS),
         "days_past_due": {
             "property_objects": days(backlog.property_objects.overdue_age(cutoff)),
             "projects": days(backlog.projects.overdue_age(cutoff)),

@@ -11,14 +11,11 @@ on every load. Its chart adds what becomes deletable on each of the next days (c
 statement.
 """
 
-from collections.abc import Callable
-from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
 from datetime import date, datetime, timedelta
 
-from django.db import connections
-
 from retention.phases import HELD_BACK
+from retention.session import Session
 
 # The backlog is counted in chunks, each one statement (and, in a run, one transaction) that reads about
 # COUNT_CHUNK entries of a kind's partial index `(updated_at, id) WHERE status = 'Delisted'`, from where the last
@@ -117,27 +114,20 @@ class Backlog:
         return self.property_objects.overdue + self.projects.overdue
 
 
-def plain_cursor(using: str) -> Callable[[], AbstractContextManager]:
-    return lambda: connections[using].cursor()
-
-
-def compute_cutoff(
-    retention: timedelta, now: datetime | None, using: str = "default",
-    transaction: Callable[[], AbstractContextManager] | None = None,
-) -> datetime:
+def compute_cutoff(session: Session, retention: timedelta, now: datetime | None = None) -> datetime:
     """`now() - retention` on the database clock (`now` replaces that clock in tests only)."""
-    with (transaction or plain_cursor(using))() as cursor:
+    with session.transaction() as cursor:
         cursor.execute("SELECT coalesce(%s, now()) - %s", [now, retention])
         return cursor.fetchone()[0]
 
 
 def measure_backlog(
-    *, cutoff: datetime, using: str = "default", transaction: Callable[[], AbstractContextManager] | None = None,
-    count_held_back: bool = True, within_window_from: Backlog | None = None, in_chunks: bool = False,
+    session: Session, *, cutoff: datetime, count_held_back: bool = True, within_window_from: Backlog | None = None,
+    in_chunks: bool = False,
 ) -> Backlog:
     """The backlog: one statement per kind and one for the held-back projects, or, `in_chunks` (a run: no
-    transaction of the job lasts long), chunks of COUNT_CHUNK entries and HELD_BACK_CHUNK projects; `transaction` (a
-    run's bounded transaction) runs each under the run's timeouts. Without `count_held_back` the count skips the
+    transaction of the job lasts long), chunks of COUNT_CHUNK entries and HELD_BACK_CHUNK projects, each its own
+    transaction on `session`. Without `count_held_back` the count skips the
     probe of each overdue project's objects, and `projects.held_back` is None.
 
     `within_window_from` is a count at the same cutoff made earlier (a run's start count, for its end count): the
@@ -148,19 +138,18 @@ def measure_backlog(
     if within_window_from is not None and within_window_from.cutoff != cutoff:
         raise ValueError("within_window_from was counted at another cutoff")
     params = {"cutoff": cutoff, "count_within_window": within_window_from is None}
-    read = transaction or plain_cursor(using)
     entry_chunk, project_chunk = (COUNT_CHUNK, HELD_BACK_CHUNK) if in_chunks else (None, None)
     kinds = {}
     for cards in ("property_object_cards", "project_cards"):
         start = within_window_from and getattr(within_window_from, KINDS[cards])
         kinds[cards] = count_in_chunks(
-            read, delisted_statement(cards, in_chunks=in_chunks), params, entry_chunk,
+            session, delisted_statement(cards, in_chunks=in_chunks), params, entry_chunk,
             until=[end for end in start.chunk_ends if end < cutoff] if start else [],
         )
         if start:
             kinds[cards] = kinds[cards].plus_delisted(start.within_window)
     held_back = (
-        count_in_chunks(read, held_back_statement(in_chunks=in_chunks), params, project_chunk).overdue
+        count_in_chunks(session, held_back_statement(in_chunks=in_chunks), params, project_chunk).overdue
         if count_held_back else None
     )
     return Backlog(
@@ -170,16 +159,15 @@ def measure_backlog(
 
 
 def count_in_chunks(
-    read: Callable[[], AbstractContextManager], statement: str, params: dict, chunk: int | None,
-    until: list[datetime] = (),
+    session: Session, statement: str, params: dict, chunk: int | None, until: list[datetime] = (),
 ) -> KindBacklog:
-    """Sum `statement`'s chunks of `chunk` entries (None: one statement without a limit), each read on its own
-    (`read()`), none past the next of `until`, to the end: its entries, the second count (overdue or held back), the
+    """Sum `statement`'s chunks of `chunk` entries (None: one statement without a limit), each its own transaction,
+    none past the next of `until`, to the end: its entries, the second count (overdue or held back), the
     earliest moment, where the chunks ended."""
     after, earliest, entries, second, ends = "-infinity", None, 0, 0, []
     bounds = [*until, "infinity"]
     while True:
-        with read() as cursor:
+        with session.transaction() as cursor:
             cursor.execute(statement, {**params, "after": after, "until": bounds[0], "chunk": chunk})
             chunk_entries, chunk_second, first, last = cursor.fetchone()
         earliest = earliest or first
@@ -208,9 +196,9 @@ class DeletableOn:
 
 
 def count_becoming_deletable(
-    *, cutoff: datetime, retention: timedelta, days: int, using: str = "default"
+    session: Session, *, cutoff: datetime, retention: timedelta, days: int
 ) -> list[DeletableOn]:
     """Per day, today (from now on) first, the cards becoming deletable: the arrivals of the next nightly runs."""
-    with connections[using].cursor() as cursor:
+    with session.transaction() as cursor:
         cursor.execute(COUNT_BECOMING_DELETABLE, {"cutoff": cutoff, "retention": retention, "days": days})
         return [DeletableOn(day, property_objects, projects) for day, property_objects, projects in cursor.fetchall()]

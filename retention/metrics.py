@@ -39,6 +39,7 @@ from config.logging import RunLog
 from retention.backlog import Backlog, compute_cutoff, measure_backlog
 from retention.limits import PurgeLimits
 from retention.results import SUCCESSFUL_OUTCOMES, Outcome, PurgeResult
+from retention.session import Session
 
 logger = logging.getLogger(__name__)
 
@@ -84,7 +85,7 @@ DURATION_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 900, 1200, 1800, 3600, math
 KINDS = ("property_object", "project")
 BACKLOG_SERIES = tuple((kind, scope) for kind in KINDS for scope in ("delisted", "overdue"))
 # One bound for a run's whole export, all sinks together: a gateway that accepts and never answers costs no more.
-EXPORT_TIMEOUT_SECONDS = 10
+EXPORT_TIMEOUT_SECONDS = 2  # a sink that does not answer must not hold a stopped run past seconds
 BACKLOG_CACHE_SECONDS = 30
 
 
@@ -363,7 +364,8 @@ class BacklogCollector(Collector):
     def measure_now(self) -> Backlog | None:
         try:
             retention = PurgeLimits.from_settings().retention
-            return measure_backlog(cutoff=compute_cutoff(retention, None))
+            session = Session()
+            return measure_backlog(session, cutoff=compute_cutoff(session, retention))
         except Exception as error:
             # A scrape must not fail: the series are absent until the next measurement works.
             logger.warning("catalog_delisted_backlog not measured: %s", error)

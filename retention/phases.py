@@ -1,9 +1,9 @@
 """The four phases of a run, in the order it runs them, each with the SQL of its batches; and beside them the dry
-run's SQL, which counts what those statements would take (retention.preview).
+run's SQL, which counts what those statements would take (retention.preview). Every statement as it reaches the
+server: retention/sql/statements.sql; why each is shaped so: docs/how-it-works.md, "The batches".
 
 The rule that leaves no property object dangling, a project held back while a property-object card of its is left, is
-written once (HELD_BACK_BY) and formatted into every statement that applies it: the project batches, the backlog count
-(retention.backlog) and the dry run.
+written once (HELD_BACK_BY) and formatted into every statement that applies it.
 """
 
 from dataclasses import dataclass
@@ -14,18 +14,13 @@ from retention.locks import SESSION_MARKER
 HELD_BACK_BY = "EXISTS (SELECT FROM catalog.property_object_cards AS po WHERE po.project_id = card.id AND {left})"
 # In the batches and the backlog count every object there is counts: a deleted one is gone.
 HELD_BACK = HELD_BACK_BY.format(left="true")
-# The objects a run reaching the `objects` oldest overdue ones takes, in the batches' order (updated_at, id): the
-# overdue ones before the keyset boundary `kept_from`, the first overdue object it leaves, which FIRST_OBJECT_KEPT finds
-# through the partial index (updated_at, id) WHERE status = 'Delisted'. A run that leaves none (kept_from NULL) takes
-# every overdue object, and the planner drops the comparison.
+# The objects a run reaching the `objects` oldest overdue ones takes, in the batches' order: those before the first
+# overdue object it leaves, `kept_from` (FIRST_OBJECT_KEPT; NULL: it takes every overdue object).
 OBJECT_TAKEN = """po.status = 'Delisted' AND po.updated_at < %(cutoff)s
                  AND (%(kept_from_at)s::timestamptz IS NULL
                       OR (po.updated_at, po.id) < (%(kept_from_at)s, %(kept_from_id)s::uuid))"""
 # The objects such a run leaves, the complement of OBJECT_TAKEN, as ranges of the index (project_id, status,
-# updated_at), read from the index alone: a probe per range goes straight to the objects left, where a probe for
-# NOT (OBJECT_TAKEN) walked every taken object of the project (the admin page's held-back count,
-# docs/benchmark-findings.md). Any other status is two ranges, as `<>` is none; a NULL boundary leaves no overdue
-# object (the comparison is NULL).
+# updated_at): a probe per range goes straight to the objects left, where NOT (OBJECT_TAKEN) walked every taken one.
 OBJECTS_LEFT = (
     "po.status < 'Delisted'",
     "po.status > 'Delisted'",
@@ -36,27 +31,16 @@ OBJECTS_LEFT = (
 HELD_BACK_AFTER_TAKEN = "(" + "\n     OR ".join(HELD_BACK_BY.format(left=left) for left in OBJECTS_LEFT) + ")"
 
 
-# Rows a candidate scan reads per statement: probing each one's card, or a project's objects, by key keeps a chunk
-# at a few ms (docs/benchmark-findings.md).
-SCAN_CHUNK = 500
+SCAN_CHUNK = 500  # rows a candidate scan reads per statement: a few ms
 
 
 @dataclass(frozen=True)
 class Phase:
-    """One kind of row the job deletes, in batches.
-
-    `batch_sql` is a batch on the happy path, one statement: lock the batch FOR UPDATE SKIP LOCKED, delete it and
-    its overrides, return the counts and the session it ran on. Only a batch that failed for a data reason is
-    redone in parts, with `lock_sql` (its ids and row addresses) and `delete_sql` (a part, by row address).
-    A batch resumes after the last row of the batch before the phase's previous one (after_at, after_id: the key
-    a batch returns; `first_key`, before every row, at first). So it passes once over the index entries of the rows
-    the previous batch deleted, while their pages are in memory, which marks them dead for the end count and the
-    next run, and never over those of the batches before (docs/benchmark-findings.md). A row skipped because
-    another transaction held it through two batches is left to the next run.
-    `scan_sql` (projects, orphans) finds the candidates the batches take, in chunks of SCAN_CHUNK, outside any
-    row-locking transaction: the probes that tell a candidate run there, and a batch re-checks only the candidates
-    it locks. Its parameters: after_at and after_id (where the previous chunk ended; `first_key` at first), chunk,
-    cutoff, orphan_sweep_window; its row: rows read, the candidates' ids (array text), the last row's key."""
+    """One kind of row the job deletes, in batches. `batch_sql`: a batch, one statement that locks its rows FOR UPDATE
+    SKIP LOCKED, deletes them and their overrides, and returns the counts, the session it ran on and its last row's
+    key. A batch resumes after the key of the batch before the phase's previous one (`first_key` at first).
+    `lock_sql` and `delete_sql` redo a batch refused for a data reason in parts. `scan_sql` (projects, orphans)
+    finds the candidates the batches take, in chunks, outside any row-locking transaction."""
 
     name: str
     lock_sql: str
@@ -68,15 +52,11 @@ class Phase:
     scan_sql: str | None = None
 
 
-# The statements of a phase are built from two parts: `select_batch`, the SELECT of a batch's rows (id, ctid and
-# the `moment` of its key) with its ORDER BY and LIMIT, and `delete`, the DELETE ... RETURNING of the rows at
-# {row_addresses} with their overrides ({ids}: theirs), ending in the CTE `deleted_overrides` and (card phases)
-# `deleted_cards`. Parameters: cutoff, batch_size, after_at and after_id (the key the batch resumes after), only_ids
-# (NULL, or the ids a batch is limited to: a scan's candidates, the batch a culprit search redoes), skipped_ids
-# (culprits of this run). The row addresses (`ctid`) of locked rows cannot change while this transaction holds their
-# row locks: no UPDATE or DELETE can touch them, and VACUUM never moves a live row.
-def phase(name: str, *, select_batch: str, delete: str, moment: str, first_key: tuple, deleted_cards: str | None,
-          deleted_overrides: str, scan_sql: str | None = None) -> Phase:
+# A phase's statements from two parts: `select_batch`, the SELECT of a batch's rows (id, ctid, the `moment` of its
+# key), and `delete`, the DELETEs of the rows of the CTE `batch` and their overrides, ending in the CTEs
+# `deleted_overrides` and (card phases) `deleted_cards`. A locked row's ctid cannot change while its lock is held.
+def phase(name: str, *, select_batch: str, delete: str, moment: str, id_type: str, first_key: tuple,
+          deleted_cards: str | None, deleted_overrides: str, scan_sql: str | None = None) -> Phase:
     counts = "(SELECT count(*) FROM deleted_cards)" if deleted_cards else "0"
     return Phase(
         name=name,
@@ -87,12 +67,15 @@ def phase(name: str, *, select_batch: str, delete: str, moment: str, first_key: 
               FROM ({select_batch} FOR UPDATE SKIP LOCKED) AS batch
         """,
         delete_sql=f"""
-            WITH {delete.format(row_addresses="%(row_addresses)s::tid[]", ids="%(ids)s::uuid[]")}
+            WITH batch AS (
+                SELECT unnest(%(row_addresses)s::tid[]) AS ctid, unnest(%(ids)s::{id_type}[]) AS id
+            ),
+            {delete}
             SELECT {counts}, (SELECT count(*) FROM deleted_overrides)
         """,
         batch_sql=f"""
             WITH batch AS ({select_batch} FOR UPDATE SKIP LOCKED),
-            {delete.format(row_addresses="ARRAY(SELECT ctid FROM batch)", ids="ARRAY(SELECT id FROM batch)")},
+            {delete},
             last AS (
                 SELECT {moment}, id FROM batch ORDER BY {moment} DESC, id DESC LIMIT 1
             )
@@ -107,9 +90,9 @@ def phase(name: str, *, select_batch: str, delete: str, moment: str, first_key: 
     )
 
 
-def after_key(moment: str, id_type: str) -> str:
-    """The rows after the key (after_at, after_id) in (moment, id) order: an index condition on (moment, id)."""
-    return f"({moment}, id) > (%(after_at)s::timestamptz, %(after_id)s::{id_type})"
+def after_key(moment: str, id_type: str, *, at: str = "%(after_at)s::timestamptz") -> str:
+    """The rows after the key (`at`, after_id) in (moment, id) order: an index condition on (moment, id)."""
+    return f"({moment}, id) > ({at}, %(after_id)s::{id_type})"
 
 
 def overdue_cards(cards: str, *, held_back: bool = False) -> str:
@@ -130,7 +113,7 @@ def delete_cards(cards: str, *, overrides: str, card_key: str, keep: str = "") -
     return f"""
         deleted_cards AS (
             DELETE FROM catalog.{cards} AS card
-             WHERE card.ctid = ANY({{row_addresses}})
+             WHERE card.ctid = ANY(ARRAY(SELECT ctid FROM batch))
                AND card.status = 'Delisted' AND card.updated_at < %(cutoff)s{keep}
             RETURNING card.id
         ), deleted_overrides AS (
@@ -142,12 +125,13 @@ def delete_cards(cards: str, *, overrides: str, card_key: str, keep: str = "") -
 
 
 def chunk_scan(*, table: str, columns: str, moment: str, id_type: str, within: str, candidates: str) -> str:
-    """A candidate scan (Phase.scan_sql): the next chunk of `table`'s rows `within`, in (moment, id) order after
-    (after_at, after_id); `candidates`, a FROM ... WHERE over the chunk, picks the ids it returns."""
+    """A candidate scan (Phase.scan_sql): the next chunk of `table`'s rows `within` (an index condition on (moment,
+    id)), in (moment, id) order after (after_at, after_id); `candidates`, a FROM ... WHERE over the chunk, picks the
+    ids it returns."""
     return f"""
         WITH chunk AS (
             SELECT {columns} FROM catalog.{table}
-             WHERE {within} AND {after_key(moment, id_type)}
+             WHERE {within}
              ORDER BY {moment}, id
              LIMIT %(chunk)s
         ), last AS (
@@ -167,52 +151,45 @@ PROPERTY_OBJECTS = phase(
         "property_object_cards", overrides="property_object_display_overrides", card_key="property_object_id",
     ),
     moment="updated_at",
+    id_type="uuid",
     first_key=BEFORE_EVERY_CARD,
     deleted_cards="deleted_property_object_cards",
     deleted_overrides="deleted_property_object_overrides",
 )
-# A project is deleted only once no property-object card is left under it. The DELETE re-checks that after the
-# projects are locked, with catalog.projects_with_property_objects (migration catalog 0005): an object upsert holds
-# its project FOR KEY SHARE, so once the project is locked no object can appear under it, and the function's fresh
-# snapshot sees any that was committed before, even after this statement began (its argument, the batch's ids,
-# is complete only once every row of the batch is locked).
-# The first look at the overdue projects after the objects phase is the slow one (each probe visits the heap for every
-# index entry of the objects just deleted, docs/benchmark-findings.md): the scan takes it, in chunks, outside the
-# batches' row locks.
+# A project goes only once no property-object card is left under it: re-checked after its lock, with a fresh
+# snapshot (catalog.projects_with_property_objects), since an object upsert holds its project FOR KEY SHARE.
 PROJECTS = phase(
     "projects",
     scan_sql=chunk_scan(
         table="project_cards", columns="updated_at, id", moment="updated_at", id_type="uuid",
-        within="status = 'Delisted' AND updated_at < %(cutoff)s",
+        within=f"status = 'Delisted' AND updated_at < %(cutoff)s AND {after_key('updated_at', 'uuid')}",
         candidates=f"FROM chunk AS card WHERE NOT {HELD_BACK}",
     ),
     select_batch=overdue_cards("project_cards", held_back=True),
     delete="""
         holding AS (
-            SELECT catalog.projects_with_property_objects({ids}) AS ids
+            SELECT catalog.projects_with_property_objects(ARRAY(SELECT id FROM batch)) AS ids
         ),""" + delete_cards(
         "project_cards", overrides="building_display_overrides", card_key="project_id",
         keep="\n               AND card.id <> ALL((SELECT ids FROM holding)::uuid[])",
     ),
     moment="updated_at",
+    id_type="uuid",
     first_key=BEFORE_EVERY_CARD,
     deleted_cards="deleted_project_cards",
     deleted_overrides="deleted_building_overrides",
 )
-# Overrides whose card is gone: left by a writer outside catalog.operations' protocol, which locks the card
-# FOR KEY SHARE and refuses a gone one. The job's own batches delete a card's overrides with it. Only overrides
-# written within orphan_sweep_window are looked at (an orphan is written while or after its card is deleted; older
-# orphans: one run with a wide --orphan-sweep-days), and never in one statement: `scan_sql` reads them in chunks of
-# SCAN_CHUNK in (created_at, id) order through the (created_at, id) index, outside any row-locking
-# transaction, probing each one's card by its key (a LATERAL ... LIMIT 1 cannot become a hash join, which would
-# read every card), and a batch then takes the candidates it found by id and checks them again under its locks.
+# Overrides whose card is gone (written outside catalog.operations' protocol), written within orphan_sweep_window:
+# scanned in chunks from the window on, each card probed by key, and checked again under the batch's locks.
 def orphan_phase(name: str, *, overrides: str, cards: str, card_key: str, deleted_overrides: str) -> Phase:
     card_is_gone = f"NOT EXISTS (SELECT FROM catalog.{cards} AS card WHERE card.id = override.{card_key})"
     return phase(
         name,
         scan_sql=chunk_scan(
             table=overrides, columns=f"id, created_at, {card_key} AS card_id", moment="created_at", id_type="bigint",
-            within="created_at >= now() - %(orphan_sweep_window)s",
+            within=after_key(  # from the window on, not from the oldest override
+                "created_at", "bigint", at="greatest(%(after_at)s::timestamptz, now() - %(orphan_sweep_window)s)",
+            ),
             candidates=f"""FROM chunk
                       LEFT JOIN LATERAL (SELECT true AS found FROM catalog.{cards} AS card
                                           WHERE card.id = chunk.card_id LIMIT 1) AS card ON true
@@ -228,11 +205,12 @@ def orphan_phase(name: str, *, overrides: str, cards: str, card_key: str, delete
         delete=f"""
             deleted_overrides AS (
                 DELETE FROM catalog.{overrides} AS override
-                 WHERE override.ctid = ANY({{row_addresses}}) AND {card_is_gone}
+                 WHERE override.ctid = ANY(ARRAY(SELECT ctid FROM batch)) AND {card_is_gone}
                 RETURNING 1
             )
         """,
         moment="created_at",
+        id_type="bigint",
         first_key=("-infinity", 0),
         deleted_cards=None,
         deleted_overrides=deleted_overrides,
@@ -248,10 +226,7 @@ ORPHAN_BUILDING_OVERRIDES = orphan_phase(
     "orphan_building_overrides", overrides="building_display_overrides", cards="project_cards",
     card_key="project_id", deleted_overrides="deleted_building_overrides",
 )
-# The orphans first, oldest first: a run stopped on its limits in the card phases has then looked at every orphan
-# within the window, so none outlives the sweep while runs come more often than the window. Orphans are rare (a
-# writer outside the protocol); a flood of them costs batches the card phases wait for, and shows as has_more and
-# the backlog's age, where orphans left behind would show nowhere.
+# The orphans first: a run stopped by a limit in the card phases has still looked at every orphan in the window.
 PHASES = (ORPHAN_OBJECT_OVERRIDES, ORPHAN_BUILDING_OVERRIDES, PROPERTY_OBJECTS, PROJECTS)
 CARD_PHASES = (PROPERTY_OBJECTS, PROJECTS)
 

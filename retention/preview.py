@@ -3,17 +3,14 @@
 would take. Both read without locks.
 """
 
-import time
-import uuid
-from collections.abc import Callable
-from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime
 
-from retention.backlog import Backlog, measure_backlog, plain_cursor
+from retention.backlog import Backlog, measure_backlog
 from retention.limits import PurgeLimits
 from retention.phases import FIRST_OBJECT_KEPT, HELD_BACK_AFTER, OVERRIDES_OF_TAKEN
-from retention.results import PurgeResult, StopReason
+from retention.results import StopReason
+from retention.session import Session
 
 
 def objects_taken(cursor, *, cutoff: datetime, objects: int | None) -> dict:
@@ -28,14 +25,11 @@ def objects_taken(cursor, *, cutoff: datetime, objects: int | None) -> dict:
     return {"cutoff": cutoff, "kept_from_at": kept_from_at, "kept_from_id": kept_from_id}
 
 
-def held_back_after(
-    *, cutoff: datetime, objects: int | None = None, using: str = "default",
-    transaction: Callable[[], AbstractContextManager] | None = None,
-) -> int:
+def held_back_after(session: Session, *, cutoff: datetime, objects: int | None = None) -> int:
     """The overdue projects still holding a property-object card once the `objects` oldest overdue property objects
     are gone (None: every overdue one). One aggregate over the overdue projects (the partial index), each probing its
     objects by project_id."""
-    with (transaction or plain_cursor(using))() as cursor:
+    with session.transaction() as cursor:
         return count_held_back(cursor, objects_taken(cursor, cutoff=cutoff, objects=objects))
 
 
@@ -45,26 +39,14 @@ def count_held_back(cursor, taken: dict) -> int:
     return cursor.fetchone()[0]
 
 
-def simulate_batches(
-    available: tuple[int, ...], batch_size: int, max_batches: int
-) -> tuple[list[int], int, StopReason]:
-    """The job's loop (retention.service.run_phases) on counts: how many rows each card phase takes, how many
-    batches, why it stops. A batch is counted when it selects something; a phase ends on a short batch; max_batches
-    is checked before every batch. The orphan-override phases come first and are left out (a preview does not count
-    orphans), so a run whose card phases ran dry completed."""
-    batches = 0
-    taken = [0] * len(available)
-    for phase, count in enumerate(available):
-        while True:
-            if batches >= max_batches:
-                return taken, batches, StopReason.MAX_BATCHES
-            take = min(batch_size, count - taken[phase])
-            if take:
-                batches += 1
-                taken[phase] += take
-            if take < batch_size:
-                break
-    return taken, batches, StopReason.COMPLETED
+def take_in_batches(count: int, batch_size: int, batches_left: int) -> tuple[int, int, bool]:
+    """The job's loop (retention.service.run_phases) on one phase's count: the rows it takes, the batches that
+    select something, whether it ran dry. A phase ends on a short batch (an empty one too, which needs a batch
+    left to be tried); max_batches is checked before every batch."""
+    full_batches = count // batch_size
+    if batches_left > full_batches:
+        return count, full_batches + (count % batch_size > 0), True
+    return batches_left * batch_size, batches_left, False
 
 
 @dataclass(frozen=True)
@@ -92,53 +74,49 @@ def preview_run(
     left for the next run."""
     overdue_objects = backlog.property_objects.overdue
     purgeable_projects = backlog.projects.overdue - held_back_after_overdue_objects
-    (objects, projects), batches, stop_reason = simulate_batches(
-        (overdue_objects, purgeable_projects), batch_size, max_batches
+    # The orphan-override phases come first and are left out: a preview does not count orphans.
+    objects, object_batches, objects_ran_dry = take_in_batches(overdue_objects, batch_size, max_batches)
+    projects, project_batches, projects_ran_dry = (
+        take_in_batches(purgeable_projects, batch_size, max_batches - object_batches) if objects_ran_dry
+        else (0, 0, False)
     )
     all_objects_deleted = objects == overdue_objects
     return RunPreview(
         deleted_property_object_cards=objects,
         deleted_project_cards=projects,
-        batches_processed=batches,
+        batches_processed=object_batches + project_batches,
         has_more=objects < overdue_objects or projects < purgeable_projects,
         projects_held_back=held_back_after_overdue_objects if all_objects_deleted else backlog.projects.held_back,
         projects_held_back_exact=all_objects_deleted,
-        stop_reason=stop_reason,
+        stop_reason=StopReason.COMPLETED if projects_ran_dry else StopReason.MAX_BATCHES,
     )
 
 
-def preview_purge(
-    *, run_id: uuid.UUID, cutoff: datetime, limits: PurgeLimits, transaction: Callable[[], AbstractContextManager],
-    started: float,
-) -> PurgeResult:
-    """Dry run: what a run with these limits would delete now (max_duration and orphan overrides aside), through
-    `transaction` (the run's bounded one). The loop's arithmetic is preview_run's, on the exact count of the projects
-    held back once the property objects the run reaches are gone; the overrides are those of the rows taken."""
-    backlog = measure_backlog(cutoff=cutoff, transaction=transaction, count_held_back=False, in_chunks=True)
+def preview_purge(session: Session, *, cutoff: datetime, limits: PurgeLimits) -> dict:
+    """Dry run: the fields of the result of a run with these limits now (max_duration and orphan overrides aside).
+    The loop's arithmetic is preview_run's, on the exact count of the projects held back once the property objects
+    the run reaches are gone; the overrides are those of the rows taken."""
+    backlog = measure_backlog(session, cutoff=cutoff, count_held_back=False, in_chunks=True)
     objects_reached = min(backlog.property_objects.overdue, limits.batch_size * limits.max_batches)
-    with transaction() as cursor:
+    with session.transaction() as cursor:
         taken = objects_taken(cursor, cutoff=cutoff, objects=objects_reached)
         held_back = count_held_back(cursor, taken)
     preview = preview_run(
         backlog=backlog, held_back_after_overdue_objects=held_back, batch_size=limits.batch_size,
         max_batches=limits.max_batches,
     )
-    with transaction() as cursor:
+    with session.transaction() as cursor:
         cursor.execute(OVERRIDES_OF_TAKEN, {**taken, "projects": preview.deleted_project_cards})
         object_overrides, building_overrides = cursor.fetchone()
-    return PurgeResult(
-        run_id=run_id,
-        cutoff=cutoff,
-        stop_reason=preview.stop_reason,
-        has_more=preview.has_more,
-        deleted_property_object_cards=preview.deleted_property_object_cards,
-        deleted_project_cards=preview.deleted_project_cards,
-        deleted_property_object_overrides=object_overrides,
-        deleted_building_overrides=building_overrides,
-        batches_processed=preview.batches_processed,
-        projects_held_back=held_back,
-        overdue_property_object_cards=backlog.property_objects.overdue,
-        overdue_project_cards=backlog.projects.overdue,
-        duration_seconds=round(time.monotonic() - started, 3),
-        dry_run=True,
-    )
+    return {
+        "stop_reason": preview.stop_reason,
+        "has_more": preview.has_more,
+        "deleted_property_object_cards": preview.deleted_property_object_cards,
+        "deleted_project_cards": preview.deleted_project_cards,
+        "deleted_property_object_overrides": object_overrides,
+        "deleted_building_overrides": building_overrides,
+        "batches_processed": preview.batches_processed,
+        "projects_held_back": held_back,
+        "overdue_property_object_cards": backlog.property_objects.overdue,
+        "overdue_project_cards": backlog.projects.overdue,
+    }

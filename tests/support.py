@@ -20,6 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from retention.limits import PurgeLimits
 from retention.locks import key_parts
 from retention.service import purge_delisted_cards
+from retention.session import JobSession, StopRequest
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
@@ -47,6 +48,14 @@ def purge(*, dry_run=False, now=None, stop=None, on_start=None, on_batch=None, u
         limits(**limit_changes), dry_run=dry_run, now=now, stop=stop, on_start=on_start, on_batch=on_batch,
         using=using,
     )
+
+
+def job_session(*, using: str = "default", stop: StopRequest | None = None, **limit_changes) -> JobSession:
+    """A run's session at the test limits, as purge_delisted_cards makes one."""
+    run_limits = limits(**limit_changes)
+    return JobSession(using=using, statement_timeout=run_limits.statement_timeout,
+                      lock_timeout=run_limits.lock_timeout, max_duration=run_limits.max_duration,
+                      stop=stop or StopRequest())
 
 
 def database_url_of_tests(*, user: str | None = None, alias: str = "default") -> str:

@@ -13,6 +13,8 @@ from retention.service import CULPRITS_LISTED
 from tests.support import database_url_of_tests, deletes_refused, purge, run_manage
 
 POISON = "OLD.title = 'poison'"
+# A trigger's message of about 4 KB, as a chatty constraint or audit trigger raises (issue 25: 165 KB of stdout).
+LONG_REFUSAL = "card is still referenced by the billing ledger: " + "invoice 2024-000123 line 7, " * 145
 
 
 def overdue_objects(count: int, *, poison_every: int | None = None, poison_first: int = 0) -> None:
@@ -104,6 +106,26 @@ def test_a_trigger_refusing_every_delete_stops_the_run_after_two_batches_as_one_
     assert "deletes refused by the test" in result["error"]
     assert len(completed.stdout) < 8_000
     assert len(completed.stderr.splitlines()) < 100
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(("cards", "poison_every", "options"), [
+    (1_000, 20, ()),  # 50 scattered culprits, 20 of them listed
+    (1_000, 1, ("--batch-size", "100")),  # every delete refused: a systemic stop, its error naming the message too
+], ids=["fifty culprits", "every card refused"])
+def test_culprits_with_long_error_messages_keep_the_json_result_under_16_kib(cards, poison_every, options):
+    overdue_objects(cards, poison_every=poison_every)
+
+    with deletes_refused(when=POISON, error=LONG_REFUSAL):
+        completed = run_manage("purge_delisted", "--json", *options)
+
+    result = json.loads(completed.stdout)
+    assert completed.returncode == 1 and result["outcome"] == "failed"
+    assert result["culprit_count"] >= 50 and len(result["culprits"]) == CULPRITS_LISTED
+    # Shortened like a log line: the head of the message stays, which says what refused the card.
+    assert all(culprit["error"].startswith(LONG_REFUSAL[:60]) for culprit in result["culprits"])
+    size = len(completed.stdout.encode())
+    assert size < 16 * 1024, f"the --json result is {size} bytes"
 
 
 @pytest.mark.django_db(transaction=True)

@@ -122,7 +122,8 @@ def test_the_role_can_read_the_standbys_lag(replica):
         primary.execute(ROLE_SCRIPT.read_text())
 
     read = run_manage(
-        "shell", "-c", "from retention.pacing import replica_lag; print(replica_lag())",
+        "shell", "-c",
+        "from retention.pacing import replica_lag; from retention.session import Session; print(replica_lag(Session()))",
         DATABASE_URL=replica.primary_url.replace("postgres@", f"{ROLE}@"),
     )
 

@@ -13,6 +13,7 @@ import psycopg
 import pytest
 
 from retention.pacing import replica_lag
+from retention.session import Session
 from tests.reliability.support import WAIT_SECONDS, insert_overdue_objects, wait_for
 from tests.servers import Replica, database_alias, migrate
 from tests.support import PROJECT_ROOT, manage_command
@@ -49,7 +50,7 @@ def lagging_standby(catalog_replica: Replica, django_db_blocker) -> Iterator[Rep
 
             def lagging() -> bool:
                 writer.execute("INSERT INTO wal_filler DEFAULT VALUES")
-                return replica_lag(primary) > timedelta(seconds=MAX_LAG_SECONDS)
+                return replica_lag(Session(primary)) > timedelta(seconds=MAX_LAG_SECONDS)
 
             wait_for(lagging, what=f"the paused standby to lag more than {MAX_LAG_SECONDS} s")
         yield catalog_replica

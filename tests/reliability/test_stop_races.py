@@ -1,15 +1,18 @@
-"""SIGTERM at the worst moments: just after the run checked for a stop and before its batch registered the
-statement to cancel, and a cancel that is sent only once its transaction is over. Real database."""
+"""SIGTERM at the worst moments: just after the run checked for a stop and before its batch began, between two
+statements of a transaction (where a cancel does nothing), and a cancel meant for a transaction that is over by the
+time it would land. Real database, the session's own watcher."""
 
+import threading
 import time
 
-import psycopg
 import pytest
+from django.db import connection
 
 from catalog.models import PropertyObjectCard
-from retention.service import StopRequest
+from retention.results import StopReason
+from retention.session import StopRequest, StopRun
 from tests.factories import PropertyObjectCardFactory
-from tests.support import database_url_of_tests, purge
+from tests.support import job_session, purge
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -40,27 +43,49 @@ def test_a_stop_between_the_check_and_the_batch_deletes_nothing():
     assert result.has_more is True  # the end count still ran: no cancel was left over for it
 
 
-class LateCancel(StopRequest):
-    """A stop whose cancel thread runs late, as on a busy host: its transaction may be over by then."""
-
-    def cancel(self, registration: tuple) -> None:
-        time.sleep(0.5)
-        super().cancel(registration)
-
-
-def test_a_late_cancel_does_not_reach_the_next_statement_on_the_connection():
-    stop = LateCancel()
-    with psycopg.connect(database_url_of_tests(), autocommit=True) as connection:
-        with stop.cancelling(connection):
-            stop.request()  # the transaction ends before the cancel is sent
-
-        # What the run does next on the same session (the end count, the unlock) runs to its end.
-        assert connection.execute("SELECT pg_sleep(1.5), 'finished'").fetchone()[1] == "finished"
+def test_a_stop_between_two_statements_of_a_writing_transaction_sends_no_further_statement():
+    session = job_session()
+    with session.running(), pytest.raises(StopRun) as stopped:
+        with session.transaction(writes=True) as cursor:
+            cursor.execute("SELECT 1")
+            session.stop.request()  # idle in transaction: a cancel now would do nothing
+            time.sleep(0.3)
+            cursor.execute("SELECT pg_sleep(30)")
+    assert stopped.value.reason is StopReason.STOPPED
 
 
-def test_a_late_cancel_still_reaches_the_statement_it_was_meant_for():
-    stop = LateCancel()
-    with psycopg.connect(database_url_of_tests(), autocommit=True) as connection:
-        with stop.cancelling(connection), pytest.raises(psycopg.errors.QueryCanceled):
-            stop.request()
-            connection.execute("SELECT pg_sleep(30)")
+def test_a_stop_reaches_the_statement_in_flight_within_a_second():
+    session = job_session()
+    threading.Timer(0.3, session.stop.request).start()
+    started = time.monotonic()
+    with session.running(), pytest.raises(StopRun) as stopped:
+        with session.transaction() as cursor:
+            cursor.execute("SELECT pg_sleep(30)")
+    assert stopped.value.reason is StopReason.STOPPED
+    assert time.monotonic() - started < 1.5
+
+
+def test_a_cancel_meant_for_a_transaction_that_ended_does_not_reach_the_next_statement():
+    session = job_session()
+    with session.running():
+        for _ in range(20):  # the stop lands at a varying moment of a transaction that ends at once
+            with session.transaction() as cursor:
+                cursor.execute("SELECT 1")
+                threading.Timer(0.001, session.stop.request).start()
+        time.sleep(0.3)
+        # What the run does after a stop (the end count, the unlock) runs to its end.
+        with session.transaction() as cursor:
+            cursor.execute("SELECT pg_sleep(1), 'finished'")
+            assert cursor.fetchone()[1] == "finished"
+
+
+def test_a_read_begun_after_the_stop_is_given_a_grace_then_interrupted_too():
+    session = job_session()
+    connection.ensure_connection()  # as a run's is, by then
+    session.stop.request()
+    started = time.monotonic()
+    with session.running(), pytest.raises(StopRun) as stopped:
+        with session.transaction() as cursor:  # the end count, behind a lock that is never released, say
+            cursor.execute("SELECT pg_sleep(30)")
+    assert stopped.value.reason is StopReason.STOPPED
+    assert 1.5 < time.monotonic() - started < 3.5

@@ -8,6 +8,7 @@ from catalog.models import CardStatus, ProjectCard, PropertyObjectCard
 from retention import backlog
 from retention.backlog import compute_cutoff, measure_backlog
 from retention.preview import held_back_after, preview_run
+from retention.session import Session
 from tests.support import purge
 from tests.factories import ProjectCardFactory, PropertyObjectCardFactory
 
@@ -46,8 +47,8 @@ def catalog() -> None:
 def test_the_counts_of_the_catalog():
     catalog()
 
-    backlog = measure_backlog(cutoff=CUTOFF)
-    held_back_after_overdue_objects = held_back_after(cutoff=CUTOFF)
+    backlog = measure_backlog(Session(), cutoff=CUTOFF)
+    held_back_after_overdue_objects = held_back_after(Session(), cutoff=CUTOFF)
 
     assert (backlog.property_objects.overdue, backlog.projects.overdue) == (9, 6)
     assert (backlog.projects.held_back, held_back_after_overdue_objects) == (4, 2)
@@ -56,29 +57,29 @@ def test_the_counts_of_the_catalog():
 @pytest.mark.parametrize("chunk", [1, 2, 4])
 def test_a_count_in_many_chunks_equals_the_count_in_one(monkeypatch, chunk):
     catalog()  # many cards share one updated_at (a cascade): the chunks' keyset must break ties by id
-    in_one = measure_backlog(cutoff=CUTOFF)
+    in_one = measure_backlog(Session(), cutoff=CUTOFF)
 
     monkeypatch.setattr(backlog, "COUNT_CHUNK", chunk)
     monkeypatch.setattr(backlog, "HELD_BACK_CHUNK", chunk)
-    in_chunks = measure_backlog(cutoff=CUTOFF, in_chunks=True)
+    in_chunks = measure_backlog(Session(), cutoff=CUTOFF, in_chunks=True)
 
     assert in_chunks == in_one
     assert (in_one.property_objects.delisted, in_one.projects.overdue, in_one.projects.held_back) == (11, 6, 4)
     # The end count chunks where the start count's chunks ended, over the cards the run deleted meanwhile.
     PropertyObjectCard.objects.filter(status=CardStatus.DELISTED, updated_at=LONG_AGO).first().delete()
-    at_end = measure_backlog(cutoff=CUTOFF, within_window_from=in_chunks, in_chunks=True)
-    assert at_end == measure_backlog(cutoff=CUTOFF, within_window_from=in_one)
+    at_end = measure_backlog(Session(), cutoff=CUTOFF, within_window_from=in_chunks, in_chunks=True)
+    assert at_end == measure_backlog(Session(), cutoff=CUTOFF, within_window_from=in_one)
     assert (at_end.property_objects.delisted, at_end.property_objects.overdue) == (10, 8)
 
 
 def test_the_end_count_recounts_the_overdue_cards_and_takes_those_within_the_window_from_the_start():
     catalog()  # 11 Delisted property objects, 9 overdue; 6 Delisted projects, all overdue
-    at_start = measure_backlog(cutoff=CUTOFF)
+    at_start = measure_backlog(Session(), cutoff=CUTOFF)
     PropertyObjectCard.objects.filter(status=CardStatus.DELISTED, updated_at=LONG_AGO).first().delete()  # as a run
     oldest = PropertyObjectCardFactory(status=CardStatus.DELISTED, updated_at=LONG_AGO - timedelta(days=1))
     PropertyObjectCardFactory(status=CardStatus.DELISTED, updated_at=RECENTLY)  # delisted within the window
 
-    at_end = measure_backlog(cutoff=CUTOFF, within_window_from=at_start)
+    at_end = measure_backlog(Session(), cutoff=CUTOFF, within_window_from=at_start)
 
     assert (at_start.property_objects.delisted, at_start.property_objects.overdue) == (11, 9)
     # 9 overdue: one deleted, one more overdue; within the window still the 2 of the start count, not 3.
@@ -86,7 +87,7 @@ def test_the_end_count_recounts_the_overdue_cards_and_takes_those_within_the_win
     assert at_end.property_objects.oldest_delisted_at == oldest.updated_at
     assert (at_end.projects.delisted, at_end.projects.overdue, at_end.projects.held_back) == (6, 6, 4)
     with pytest.raises(ValueError, match="another cutoff"):
-        measure_backlog(cutoff=CUTOFF + timedelta(seconds=1), within_window_from=at_start)
+        measure_backlog(Session(), cutoff=CUTOFF + timedelta(seconds=1), within_window_from=at_start)
 
 
 @pytest.mark.parametrize(
@@ -104,10 +105,10 @@ def test_the_end_count_recounts_the_overdue_cards_and_takes_those_within_the_win
 )
 def test_the_preview_agrees_with_what_a_real_run_then_does(batch_size, max_batches):
     catalog()
-    cutoff = compute_cutoff(RETENTION, NOW, "default")
+    cutoff = compute_cutoff(Session(), RETENTION, NOW)
     preview = preview_run(
-        backlog=measure_backlog(cutoff=cutoff),
-        held_back_after_overdue_objects=held_back_after(cutoff=cutoff),
+        backlog=measure_backlog(Session(), cutoff=cutoff),
+        held_back_after_overdue_objects=held_back_after(Session(), cutoff=cutoff),
         batch_size=batch_size, max_batches=max_batches,
     )
 
@@ -125,7 +126,7 @@ def test_the_oldest_overdue_card_is_past_the_cutoff_by_its_age_and_zero_without_
     PropertyObjectCardFactory(status=CardStatus.DELISTED, updated_at=LONG_AGO)
     ProjectCardFactory(status=CardStatus.DELISTED, updated_at=RECENTLY)
 
-    backlog = measure_backlog(cutoff=CUTOFF)
+    backlog = measure_backlog(Session(), cutoff=CUTOFF)
 
     assert backlog.property_objects.overdue_age(CUTOFF) == timedelta(days=10)
     assert backlog.projects.overdue_age(CUTOFF) == timedelta(0)  # Delisted, not yet overdue
@@ -144,5 +145,5 @@ def test_held_back_after_some_objects_counts_the_projects_holding_an_object_the_
         taken = {card.id for card in overdue_objects[:objects]}
         expected = len({card.project_id for card in PropertyObjectCard.objects.all()
                         if card.project_id in overdue_projects and card.id not in taken})
-        assert held_back_after(cutoff=CUTOFF, objects=objects) == expected, objects
-    assert held_back_after(cutoff=CUTOFF) == held_back_after(cutoff=CUTOFF, objects=len(overdue_objects)) == 2
+        assert held_back_after(Session(), cutoff=CUTOFF, objects=objects) == expected, objects
+    assert held_back_after(Session(), cutoff=CUTOFF) == held_back_after(Session(), cutoff=CUTOFF, objects=len(overdue_objects)) == 2

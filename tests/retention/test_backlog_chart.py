@@ -16,6 +16,7 @@ from retention.backlog import (
     count_becoming_deletable,
 )
 from retention.chart import CHART_DAYS, PLOT_HEIGHT, backlog_chart, nice_ceiling
+from retention.session import Session
 from tests.factories import ProjectCardFactory, PropertyObjectCardFactory
 
 pytestmark = pytest.mark.django_db
@@ -48,7 +49,7 @@ def test_each_card_counts_on_the_day_its_retention_period_ends_from_the_cutoff_o
     delisted_project(datetime(2026, 7, 1, tzinfo=timezone.utc))  # the 31st: past the chart
     PropertyObjectCardFactory(status=CardStatus.HIDDEN, updated_at=NOW - timedelta(days=3))
 
-    days = count_becoming_deletable(cutoff=CUTOFF, retention=RETENTION, days=CHART_DAYS)
+    days = count_becoming_deletable(Session(), cutoff=CUTOFF, retention=RETENTION, days=CHART_DAYS)
 
     assert [day.day for day in days] == [date(2026, 6, 1) + timedelta(days=n) for n in range(CHART_DAYS)]
     assert counted(days) == {date(2026, 6, 1): (2, 0), date(2026, 6, 2): (1, 0), date(2026, 6, 30): (0, 1)}
@@ -58,7 +59,7 @@ def test_the_days_follow_the_retention_period():
     retention = timedelta(days=45)
     PropertyObjectCardFactory(status=CardStatus.DELISTED, updated_at=NOW - timedelta(days=40))
 
-    days = count_becoming_deletable(cutoff=NOW - retention, retention=retention, days=CHART_DAYS)
+    days = count_becoming_deletable(Session(), cutoff=NOW - retention, retention=retention, days=CHART_DAYS)
 
     assert counted(days) == {date(2026, 6, 6): (1, 0)}
 

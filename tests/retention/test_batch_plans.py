@@ -11,6 +11,7 @@ from django.db import connection
 
 from catalog.demo_data import seed_demo_data
 from retention.backlog import COUNT_CHUNK, delisted_statement, measure_backlog
+from retention.session import Session
 from retention.phases import (
     ORPHAN_BUILDING_OVERRIDES, ORPHAN_OBJECT_OVERRIDES, SCAN_CHUNK, PROJECTS, PROPERTY_OBJECTS,
 )
@@ -136,7 +137,7 @@ def rows_read_from(index: str, nodes: list[dict]) -> int:
 @pytest.mark.parametrize("count", ["start", "end"])
 def test_the_end_count_reads_only_the_overdue_entries_of_the_partial_indexes(demo_catalog, count):
     cutoff = database_cutoff()
-    backlog = measure_backlog(cutoff=cutoff)
+    backlog = measure_backlog(Session(), cutoff=cutoff)
     params = {"cutoff": cutoff, "count_within_window": count == "start", "after": "-infinity", "chunk": COUNT_CHUNK,
               "until": "infinity"}
 
@@ -151,3 +152,31 @@ def test_the_end_count_reads_only_the_overdue_entries_of_the_partial_indexes(dem
     assert backlog.projects.overdue < backlog.projects.delisted
     expected = "delisted" if count == "start" else "overdue"
     assert read == (getattr(backlog.property_objects, expected), getattr(backlog.projects, expected))
+
+
+@pytest.fixture
+def overrides_over_a_year():
+    """100,000 overrides written evenly over a year, 2 % of them within the sweep's 7-day window."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            INSERT INTO catalog.property_object_display_overrides
+                   (property_object_id, field, value, is_deleted, created_at, updated_at)
+            SELECT gen_random_uuid(), 'title', '"x"', false, moment, moment
+              FROM (SELECT now() - (i / 100000.0) * interval '365 days' AS moment
+                      FROM generate_series(1, 100000) AS i) AS spread;
+            ANALYZE catalog.property_object_display_overrides;
+            """
+        )
+
+
+def test_the_orphan_sweeps_first_chunk_starts_at_the_window_not_at_the_oldest_override(overrides_over_a_year):
+    params = {"orphan_sweep_window": timedelta(days=7), "after_at": "-infinity", "after_id": 0, "chunk": SCAN_CHUNK}
+    with connection.cursor() as cursor:
+        cursor.execute(f"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {ORPHAN_OBJECT_OVERRIDES.scan_sql}", params)
+        nodes = list(walk(cursor.fetchone()[0][0]["Plan"]))
+    [scan] = [node for node in nodes if node.get("Index Name") == "property_object_display_overrides_created_at_idx"]
+
+    # The chunk's 500 entries and their rows: a few pages of the index and the heap. Starting at the oldest
+    # override, the scan read the index entries of the 98,000 overrides before the window too.
+    assert scan["Shared Hit Blocks"] + scan["Shared Read Blocks"] < 100, scan  # 12 here; 683 from the oldest

@@ -2,9 +2,9 @@ import psycopg
 import pytest
 from django.db import connection
 
-from retention.locks import LockSession, PooledSessionError, advisory_lock, advisory_lock_key
+from retention.locks import PooledSessionError, advisory_lock, advisory_lock_key, prove_holder
 from retention.service import LOCK_NAME
-from tests.support import advisory_lock_holders, database_url_of_tests
+from tests.support import advisory_lock_holders, database_url_of_tests, job_session
 
 pytestmark = pytest.mark.django_db
 
@@ -22,28 +22,31 @@ def test_job_lock_key_is_the_documented_number():
 
 
 def test_lock_is_taken_and_released():
-    with advisory_lock(LOCK_NAME) as session:
-        assert session.backend_pid == connection.connection.info.backend_pid
-        assert advisory_lock_holders(JOB_LOCK_KEY) == [session.backend_pid]
+    session = job_session()
+    with advisory_lock(session, LOCK_NAME, marker="run-a") as acquired:
+        assert acquired
+        assert session.holder == (connection.connection.info.backend_pid, "run-a")
+        assert advisory_lock_holders(JOB_LOCK_KEY) == [connection.connection.info.backend_pid]
     assert lock_holders(JOB_LOCK_KEY) == 0
+    assert session.holder is None
 
 
 def test_lock_held_by_another_session_is_not_acquired_and_not_released_by_us():
     with psycopg.connect(database_url_of_tests(), autocommit=True) as other:
         other.execute("SELECT pg_advisory_lock(%s)", [JOB_LOCK_KEY])
-        with advisory_lock(LOCK_NAME) as session:
-            assert session is None
+        with advisory_lock(job_session(), LOCK_NAME) as acquired:
+            assert not acquired
         assert lock_holders(JOB_LOCK_KEY) == 1
 
 
 def test_lock_is_released_when_the_body_raises():
-    with pytest.raises(RuntimeError), advisory_lock(LOCK_NAME):
+    with pytest.raises(RuntimeError), advisory_lock(job_session(), LOCK_NAME):
         raise RuntimeError("boom")
     assert lock_holders(JOB_LOCK_KEY) == 0
 
 
 def test_an_unlock_that_finds_no_lock_is_logged_as_an_error(caplog):
-    with advisory_lock(LOCK_NAME):
+    with advisory_lock(job_session(), LOCK_NAME):
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_advisory_unlock(%s)", [JOB_LOCK_KEY])
     assert any(r.levelname == "ERROR" and "not held" in r.getMessage() for r in caplog.records)
@@ -54,7 +57,8 @@ def test_a_session_that_already_holds_the_lock_is_refused_and_keeps_only_its_own
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_advisory_lock(%s)", [JOB_LOCK_KEY])
     try:
-        with pytest.raises(PooledSessionError, match="already holds the advisory lock"), advisory_lock(LOCK_NAME):
+        with pytest.raises(PooledSessionError, match="already holds the advisory lock"), \
+                advisory_lock(job_session(), LOCK_NAME):
             pass
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_advisory_unlock(%s), pg_advisory_unlock(%s)", [JOB_LOCK_KEY, JOB_LOCK_KEY])
@@ -65,9 +69,10 @@ def test_a_session_that_already_holds_the_lock_is_refused_and_keeps_only_its_own
 
 
 def test_a_statement_on_another_session_than_the_holder_is_refused():
-    session = LockSession(alias="default", backend_pid=1234, marker="run-a")
+    session = job_session()
+    session.holder = (1234, "run-a")
 
-    session.verify(1234, "run-a")
+    prove_holder(session, 1234, "run-a")
     for other in ((1235, "run-a"), (1234, "run-b"), (1234, None)):
         with pytest.raises(PooledSessionError):
-            session.verify(*other)
+            prove_holder(session, *other)

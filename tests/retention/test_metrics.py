@@ -33,7 +33,8 @@ from retention.metrics import (
     RUNS,
 )
 from retention.results import Outcome, PurgeFailed
-from retention.service import LOCK_NAME, StopRequest
+from retention.service import LOCK_NAME
+from retention.session import StopRequest
 from tests.support import database_url_of_tests, deletes_refused, purge, run_manage
 from tests.factories import (
     BuildingDisplayOverrideFactory,

@@ -9,17 +9,15 @@ import psycopg
 import pytest
 
 from retention.pacing import ReplicaLagHidden, replica_lag, wait_for_replicas
+from retention.session import Session, StopRequest
 from tests.reliability.support import wait_for
+from tests.support import job_session
 from tests.servers import Replica, database_alias
 
 pytestmark = pytest.mark.slow
 
 MAX_LAG = timedelta(milliseconds=300)
 BOUNDED_WAIT = timedelta(seconds=30)
-
-
-def never() -> bool:
-    return False
 
 
 @pytest.fixture
@@ -44,7 +42,7 @@ def lag_beyond_max_lag(replica: Replica, primary: str) -> timedelta:
 
         def lag_once_written() -> timedelta | None:
             writer.execute("INSERT INTO wal_filler DEFAULT VALUES")
-            lag = replica_lag(primary)
+            lag = replica_lag(Session(primary))
             return lag if lag > MAX_LAG else None
 
         return wait_for(lag_once_written, what=f"the paused standby to lag more than {MAX_LAG}")
@@ -52,26 +50,27 @@ def lag_beyond_max_lag(replica: Replica, primary: str) -> timedelta:
 
 @pytest.mark.django_db
 def test_without_a_standby_there_is_no_lag_and_no_wait():
-    assert replica_lag() is None
+    assert replica_lag(Session()) is None
 
-    wait = wait_for_replicas(max_lag=timedelta(0), max_wait=BOUNDED_WAIT, should_stop=never)
+    wait = wait_for_replicas(job_session(), max_lag=timedelta(0), max_wait=BOUNDED_WAIT)
 
-    assert (wait.caught_up, wait.stopped, wait.last_lag) == (True, False, None)
+    assert (wait.caught_up, wait.last_lag) == (True, None)
 
 
 def test_a_standby_replaying_along_is_within_the_limit(primary):
-    wait = wait_for_replicas(max_lag=timedelta(seconds=5), max_wait=BOUNDED_WAIT, should_stop=never, using=primary)
+    wait = wait_for_replicas(job_session(using=primary), max_lag=timedelta(seconds=5), max_wait=BOUNDED_WAIT)
 
-    assert (wait.caught_up, wait.stopped) == (True, False)
+    assert wait.caught_up
     assert wait.last_lag is not None
 
 
 def test_a_paused_standby_lags_more_and_more_and_the_wait_runs_out(replica, primary, paused_replay):
     lag_before = lag_beyond_max_lag(replica, primary)
 
-    wait = wait_for_replicas(max_lag=MAX_LAG, max_wait=timedelta(seconds=1), should_stop=never, using=primary)
+    wait = wait_for_replicas(job_session(using=primary), max_lag=MAX_LAG, max_wait=timedelta(seconds=1))
 
-    assert (wait.caught_up, wait.stopped) == (False, False)
+    assert not wait.caught_up
+    assert wait.waited >= timedelta(seconds=1)
     assert wait.last_lag > lag_before  # it grows with no WAL written meanwhile, not frozen at the last reply
 
 
@@ -79,20 +78,22 @@ def test_the_wait_ends_caught_up_once_replay_resumes(replica, primary, paused_re
     lag_beyond_max_lag(replica, primary)
     replica.resume_replay()
 
-    wait = wait_for_replicas(max_lag=MAX_LAG, max_wait=BOUNDED_WAIT, should_stop=never, using=primary)
+    wait = wait_for_replicas(job_session(using=primary), max_lag=MAX_LAG, max_wait=BOUNDED_WAIT)
 
-    assert (wait.caught_up, wait.stopped) == (True, False)
+    assert wait.caught_up
     assert wait.last_lag <= MAX_LAG
 
 
 def test_a_stop_request_ends_the_wait(replica, primary, paused_replay):
     lag_beyond_max_lag(replica, primary)
-    stop = threading.Event()
-    threading.Timer(0.5, stop.set).start()
+    stop = StopRequest()
+    threading.Timer(0.5, stop.request).start()
 
-    wait = wait_for_replicas(max_lag=MAX_LAG, max_wait=BOUNDED_WAIT, should_stop=stop.is_set, using=primary)
+    with job_session(using=primary, stop=stop).running() as session:
+        wait = wait_for_replicas(session, max_lag=MAX_LAG, max_wait=BOUNDED_WAIT)
 
-    assert (wait.caught_up, wait.stopped) == (False, True)
+    assert not wait.caught_up
+    assert wait.waited < timedelta(seconds=5)
     assert wait.last_lag > MAX_LAG
 
 
@@ -103,11 +104,4 @@ def test_a_role_that_cannot_see_the_standbys_is_refused_not_told_there_is_no_lag
 
     with django_db_blocker.unblock(), database_alias("unprivileged", unprivileged_url) as alias:
         with pytest.raises(ReplicaLagHidden):
-            replica_lag(alias)
-
-
-def test_the_poll_interval_keeps_stop_requests_heard_within_a_second():
-    with pytest.raises(ValueError, match="poll_interval"):
-        wait_for_replicas(
-            max_lag=MAX_LAG, max_wait=BOUNDED_WAIT, should_stop=never, poll_interval=timedelta(seconds=2)
-        )
+            replica_lag(Session(alias))

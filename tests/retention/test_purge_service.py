@@ -21,7 +21,8 @@ from catalog.operations import CardNotFound, UpsertOutcome, add_property_object_
 from config.logging import TextFormatter
 from retention.limits import PurgeLimitsError
 from retention.results import PurgeFailed, StopReason
-from retention.service import StopRequest, purge_delisted_cards
+from retention.service import purge_delisted_cards
+from retention.session import StopRequest
 from tests.support import database_url_of_tests, deletes_refused, held_in_another_transaction, purge
 from tests.factories import (
     BuildingDisplayOverrideFactory,

@@ -22,7 +22,8 @@ from config.numbers import decimal_number, whole_number
 from retention.backlog import Backlog
 from retention.limits import LIMIT_OF_FIELD, LIMITS, PurgeLimits, PurgeLimitsError, number
 from retention.results import Outcome, PurgeFailed, PurgeResult
-from retention.service import StopRequest, job_database, purge_delisted_cards
+from retention.service import job_database, purge_delisted_cards
+from retention.session import StopRequest
 
 logger = logging.getLogger("retention.command")
 
