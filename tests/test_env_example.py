@@ -16,8 +16,6 @@ import pytest
 from tests.support import PROJECT_ROOT
 
 ENV_EXAMPLE = PROJECT_ROOT / ".env.example"
-# Being removed from settings.py (the declared session pool); not offered to operators meanwhile.
-NOT_OFFERED = {"DELISTED_RETENTION_POOLER"}
 CASES = {
     "development": {},
     "production": {"APP_ENV": "production", "DJANGO_SECRET_KEY": "k" * 50},
@@ -70,7 +68,7 @@ def without_dotenv() -> dict[str, dict]:
 
 
 def test_every_variable_the_settings_read_is_listed_and_nothing_else(without_dotenv):
-    read = set().union(*(imported["reads"] for imported in without_dotenv.values())) - NOT_OFFERED
+    read = set().union(*(imported["reads"] for imported in without_dotenv.values()))
     active, commented = listed()
 
     assert set(active) | commented == read
@@ -82,7 +80,7 @@ def test_every_value_shown_is_the_default_and_a_default_that_depends_on_another_
         name: {imported["reads"][name] for imported in without_dotenv.values() if name in imported["reads"]}
         for name in read
     }
-    varying = {name for name, values in defaults.items() if len(values) > 1} - NOT_OFFERED
+    varying = {name for name, values in defaults.items() if len(values) > 1}
     active, commented = listed()
 
     assert varying <= commented and not varying & set(active)
