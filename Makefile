@@ -39,9 +39,10 @@ ADMIN_ADDRESS ?= 127.0.0.1:8000
 
 .PHONY: demo demo-stop test migrate bench admin screenshots
 
-$(VENV)/.installed: requirements.txt
+# The runtime requirements and the development tools (requirements-dev.txt); production installs requirements.txt only.
+$(VENV)/.installed: requirements.txt requirements-dev.txt
 	python3 -m venv $(VENV)
-	$(VENV)/bin/pip install -q --disable-pip-version-check -r requirements.txt
+	$(VENV)/bin/pip install -q --disable-pip-version-check -r requirements-dev.txt
 	touch $@
 
 $(VENV)/.bench-installed: requirements-bench.txt $(VENV)/.installed

@@ -27,7 +27,8 @@ class ProjectCard(models.Model):
 
 class PropertyObjectCard(models.Model):
     id = models.UUIDField(primary_key=True)
-    # A logical reference with no foreign key (INV-2): no ORM relation, so no cascade collector either.
+    # A logical reference with no foreign key (INV-2, docs/contract.md): no ORM relation, so no cascade collector
+    # either.
     project_id = models.UUIDField()
     title = models.TextField()
     status = models.TextField(choices=CardStatus.choices)

@@ -3,9 +3,9 @@
 They stand in for the consumers of PropertyObjectUpserted / ProjectUpserted / *Deleted, and are used by the
 tests, the demo and the shell. Each runs in its own transaction and locks the rows it changes.
 
-The rule the retention job depends on: once a card is Delisted its row is frozen (INV-7) — nothing here
-changes a Delisted row except a restore by a source upsert — so `updated_at` of a Delisted card is the moment
-it was delisted.
+The rule the retention job depends on: once a card is Delisted its row is frozen (INV-7, docs/contract.md) —
+nothing here changes a Delisted row except a restore by a source upsert — so `updated_at` of a Delisted card is
+the moment it was delisted.
 """
 
 import enum
@@ -100,8 +100,8 @@ def upsert_property_object(
 
 
 def delist_property_object(*, object_id: uuid.UUID) -> bool:
-    """PropertyObjectDeleted: the card goes Delisted and freezes (INV-7). Returns False when there was nothing
-    to delist (unknown id, or already Delisted — its clock must not be reset)."""
+    """PropertyObjectDeleted: the card goes Delisted and freezes (INV-7, docs/contract.md). Returns False when
+    there was nothing to delist (unknown id, or already Delisted — its clock must not be reset)."""
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(
             """
@@ -114,10 +114,10 @@ def delist_property_object(*, object_id: uuid.UUID) -> bool:
 
 
 def delist_project(*, project_id: uuid.UUID) -> int | None:
-    """ProjectDeleted with the INV-5 cascade: the project and all its not-yet-Delisted property objects become
-    Delisted with one `updated_at` (the transaction's `now()`). Objects already Delisted keep their own, earlier
-    moment. Returns how many objects the cascade delisted, or None when the project was unknown or already
-    Delisted."""
+    """ProjectDeleted with the INV-5 cascade (docs/contract.md): the project and all its not-yet-Delisted
+    property objects become Delisted with one `updated_at` (the transaction's `now()`). Objects already Delisted
+    keep their own, earlier moment. Returns how many objects the cascade delisted, or None when the project was
+    unknown or already Delisted."""
     with transaction.atomic(), connection.cursor() as cursor:
         # Project row first, then its objects: the same lock order as an object upsert, so no deadlock.
         cursor.execute(

@@ -5,6 +5,7 @@ start-up with `ImproperlyConfigured` naming the variable (`manage.py` turns that
 """
 
 from pathlib import Path
+from urllib.parse import unquote, urlsplit
 
 import environ
 from django.core.exceptions import ImproperlyConfigured
@@ -60,6 +61,11 @@ def database_from_url(name: str, default: str) -> dict:
         raise ImproperlyConfigured(f"{name} is malformed ({error}): {url!r}") from None
     if not config.get("NAME"):
         raise ImproperlyConfigured(f"{name} names no database: {url!r}")
+    # libpq names a Unix socket's directory percent-encoded in the host part (postgres://user@%2Frun%2Fpostgresql/db),
+    # which django-environ leaves encoded and lowercased: decode it from the URL as written.
+    host = urlsplit(url).netloc.rpartition("@")[2]
+    if host[:3].lower() == "%2f":
+        config["HOST"] = unquote(host.rsplit(":", 1)[0] if host.rsplit(":", 1)[-1].isdigit() else host)
     # A server that never answers (a dead host, a pooler with no server to give) would hold a connect for the
     # operating system's TCP timeout, minutes; `?connect_timeout=N` in the URL sets another bound.
     config.setdefault("OPTIONS", {}).setdefault("connect_timeout", CONNECT_TIMEOUT_SECONDS)
@@ -130,8 +136,8 @@ WSGI_APPLICATION = "config.wsgi.application"
 DATABASES = {
     "default": database_from_url("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/catalog"),
 }
-# The retention job's own connection, when the web app reaches PostgreSQL through a transaction-pooling PgBouncer:
-# the job needs a real session for its advisory lock (README: The advisory lock). Direct, or a session-pooling pool.
+# The retention job's own connection, straight to PostgreSQL, when the web app reaches it through a connection pooler
+# (the job needs a real session for its advisory lock: docs/poolers.md), or to run the job as its own role.
 if env.str("DELISTED_RETENTION_DATABASE_URL", default=""):
     DATABASES["retention"] = database_from_url("DELISTED_RETENTION_DATABASE_URL", "")
 

@@ -1,8 +1,9 @@
 """Print the DATABASE_URL that `make demo` / `make test` should use, creating the database if missing;
-with --stop, stop the embedded PostgreSQL and delete its data (`make demo-stop`).
+with --stop, stop the embedded PostgreSQL and delete its data (`make demo-stop`); with --embedded, use the embedded
+one even when 127.0.0.1:5432 answers (CI runs the suite on both: .ci/run).
 
 Order: $DATABASE_URL if set; else PostgreSQL on 127.0.0.1:5432 if it answers; else an embedded PostgreSQL from the
-`pgserver` package (in requirements.txt), its data directory `.pgserver/` in the checkout, listening on a Unix
+`pgserver` package (in requirements-dev.txt), its data directory `.pgserver/` in the checkout, listening on a Unix
 socket in that directory only (no TCP port). It keeps running after the command, so that later commands and
 `make test` reuse it, until `make demo-stop`. Run as root, pgserver runs PostgreSQL as a system user `pgserver`
 that it creates, and opens read and traverse permissions (g+rx, o+rx) on every directory above `.pgserver/`.
@@ -14,6 +15,7 @@ import os
 import shutil
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
@@ -48,10 +50,23 @@ def ensure_database(url: str) -> None:
             print(f"created database {name}", file=sys.stderr)
 
 
-def pgserver_url() -> str:
-    import pgserver  # only here: importing it looks up (and may warn about) the user's runtime directory
+def import_pgserver():
+    """pgserver, imported only when needed: importing it looks up the user's runtime directory for its lock file.
+    Without a login session (root in CI, cron, sudo) XDG_RUNTIME_DIR is unset, and platformdirs warns, as a two-line
+    warning with its source line, before it falls back to /tmp/runtime-<uid>: a fine place for that lock, nothing
+    to act on."""
+    import platformdirs
 
-    print(f"no PostgreSQL on 127.0.0.1:5432; using an embedded one (pgserver) in {PGSERVER_DIR}", file=sys.stderr)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", platformdirs.RuntimeDirWarning)
+        import pgserver
+        import pgserver._commands
+    return pgserver
+
+
+def pgserver_url(*, why: str) -> str:
+    pgserver = import_pgserver()
+    print(f"{why}; using an embedded one (pgserver) in {PGSERVER_DIR}", file=sys.stderr)
     # cleanup_mode=None: it outlives this process, for the make steps after this one; `make demo-stop` ends it.
     url = pgserver.get_server(PGSERVER_DIR, cleanup_mode=None).get_uri("catalog")
     print(f"embedded PostgreSQL: DATABASE_URL={url} (stop it and delete its data: make demo-stop)", file=sys.stderr)
@@ -62,9 +77,7 @@ def stop_pgserver() -> None:
     if not PGSERVER_DIR.exists():
         print(f"no embedded PostgreSQL in {PGSERVER_DIR}", file=sys.stderr)
         return
-    from pgserver._commands import POSTGRES_BIN_PATH
-
-    pg_ctl = [str(POSTGRES_BIN_PATH / "pg_ctl"), "-D", str(PGSERVER_DIR)]
+    pg_ctl = [str(import_pgserver()._commands.POSTGRES_BIN_PATH / "pg_ctl"), "-D", str(PGSERVER_DIR)]
     user = PGSERVER_SYSTEM_USER if os.geteuid() == 0 else None
     # Status 0: running (a data directory left by a reboot is not, and is only deleted).
     if subprocess.run([*pg_ctl, "status"], user=user, capture_output=True).returncode == 0:
@@ -77,12 +90,16 @@ def stop_pgserver() -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--stop", action="store_true", help="stop the embedded PostgreSQL and delete its data")
-    if parser.parse_args().stop:
+    parser.add_argument("--embedded", action="store_true", help="the embedded PostgreSQL, whatever else answers")
+    arguments = parser.parse_args()
+    if arguments.stop:
         stop_pgserver()
         return
     url = os.environ.get("DATABASE_URL") or DEFAULT_URL
-    if not os.environ.get("DATABASE_URL") and not answers(url):
-        url = pgserver_url()
+    if arguments.embedded:
+        url = pgserver_url(why="asked for the embedded PostgreSQL")
+    elif not os.environ.get("DATABASE_URL") and not answers(url):
+        url = pgserver_url(why="no PostgreSQL on 127.0.0.1:5432")
     ensure_database(url)
     print(url)
 

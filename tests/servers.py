@@ -6,7 +6,9 @@ PostgreSQL's own programs and PgBouncer refuse to run as root: as root, they run
 a temporary directory that user owns.
 """
 
+import importlib.util
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -19,29 +21,63 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from django.conf import settings
 from django.db import connections
 
 from tests.support import PROJECT_ROOT, database_url_of_tests, free_loopback_port, installed_tool, manage_command
 
-POSTGRES_MAJOR = 15
-POSTGRES_BINDIR = f"/usr/lib/postgresql/{POSTGRES_MAJOR}/bin"
 STARTUP_SECONDS = 30
 SERVER_OS_USER = "postgres"
 
 
-def server_process_user() -> dict:
-    """subprocess arguments that run a server program as the postgres OS user when we are root."""
+def tests_server_major() -> int | None:
+    """The major version of the server the suite runs on (Debian's 15, the embedded 16, ...); None if it does not
+    answer (the tests that need it then fail on their own)."""
+    db = settings.DATABASES["default"]
+    try:
+        with psycopg.connect(
+            dbname="postgres", user=db["USER"], host=db["HOST"] or db.get("OPTIONS", {}).get("host"),
+            port=db["PORT"] or None, connect_timeout=5,
+        ) as connection:
+            return connection.info.server_version // 10000
+    except psycopg.OperationalError:
+        return None
+
+
+def programs_of_major(major: int | None) -> str:
+    """Where PostgreSQL's programs of that major version are: Debian's, else the embedded server's own (pgserver
+    ships them), else Debian's path, where installed_tool says which package to install. pg_dump refuses a newer
+    server, and a standby needs the primary's major version."""
+    debian = f"/usr/lib/postgresql/{major}/bin"
+    if Path(debian).is_dir():
+        return debian
+    # Found without importing pgserver, which looks up (and warns about) the user's runtime directory.
+    embedded = importlib.util.find_spec("pgserver")
+    if embedded and embedded.submodule_search_locations:
+        bindir = Path(embedded.submodule_search_locations[0]) / "pginstall" / "bin"
+        version = subprocess.run([bindir / "postgres", "--version"], capture_output=True, text=True).stdout
+        if re.search(rf"\b{major}\.\d+", version):
+            return str(bindir)
+    return debian
+
+
+POSTGRES_MAJOR = tests_server_major()
+POSTGRES_BINDIR = programs_of_major(POSTGRES_MAJOR)
+
+
+def server_process_user(os_user: str = SERVER_OS_USER) -> dict:
+    """subprocess arguments that run a server program as that OS user (postgres unless said) when we are root."""
     if os.geteuid() != 0:
         return {}
-    return {"user": SERVER_OS_USER, "group": SERVER_OS_USER, "extra_groups": []}
+    return {"user": os_user, "group": os_user, "extra_groups": []}
 
 
 @contextmanager
-def server_directory(prefix: str) -> Iterator[Path]:
+def server_directory(prefix: str, os_user: str = SERVER_OS_USER) -> Iterator[Path]:
     directory = Path(tempfile.mkdtemp(prefix=prefix))
     try:
         if os.geteuid() == 0:
-            shutil.chown(directory, SERVER_OS_USER, SERVER_OS_USER)
+            shutil.chown(directory, os_user, os_user)
         yield directory
     finally:
         shutil.rmtree(directory, ignore_errors=True)
@@ -74,12 +110,17 @@ def running_pgbouncer(
     target = urllib.parse.urlsplit(database_url)
     database = target.path.lstrip("/")
     port = free_loopback_port()
-    with server_directory("pgbouncer-") as directory:
+    # The embedded PostgreSQL listens on a Unix socket only, in its data directory, which only the directory's
+    # owner may enter: then PgBouncer runs as that owner.
+    host = re.sub(r":\d+$", "", target.netloc.rpartition("@")[2])
+    socket_directory = urllib.parse.unquote(host) if host[:3].lower() == "%2f" else None
+    os_user = Path(socket_directory).owner() if socket_directory else SERVER_OS_USER
+    with server_directory("pgbouncer-", os_user) as directory:
         (directory / "users.txt").write_text(f'"{target.username}" ""\n')
         (directory / "pgbouncer.ini").write_text(
             f"""
 [databases]
-{database} = host={target.hostname} port={target.port or 5432} dbname={database}
+{database} = host={socket_directory or target.hostname} port={target.port or 5432} dbname={database}
 
 [pgbouncer]
 listen_addr = 127.0.0.1
@@ -100,7 +141,7 @@ server_reset_query = {server_reset_query}
         with log.open("w") as log_file:
             process = subprocess.Popen(
                 [binary, str(directory / "pgbouncer.ini")], stdout=subprocess.DEVNULL, stderr=log_file,
-                **server_process_user(),
+                **server_process_user(os_user),
             )
         try:
             url = f"postgres://{target.username}@127.0.0.1:{port}/{database}"

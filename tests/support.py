@@ -7,6 +7,7 @@ import socket
 import subprocess
 import sys
 import threading
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -56,7 +57,13 @@ def job_session(*, using: str = "default", stop: StopRequest | None = None, **li
 
 def database_url_of_tests(*, user: str | None = None, alias: str = "default") -> str:
     db = connections[alias].settings_dict
-    return f"postgres://{user or db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
+    host = db["HOST"] or db.get("OPTIONS", {}).get("host", "")
+    # The embedded PostgreSQL (scripts/database_url.py) listens on a Unix socket only: its directory goes into the
+    # host part percent-encoded, as libpq and django-environ read it, so that the URL still ends in /<database>.
+    if host.startswith("/"):
+        host = urllib.parse.quote(host, safe="")
+    port = f":{db['PORT']}" if db["PORT"] else ""
+    return f"postgres://{user or db['USER']}@{host}{port}/{db['NAME']}"
 
 
 def advisory_lock_holders(key: int) -> list[int]:

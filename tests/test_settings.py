@@ -24,3 +24,23 @@ def test_malformed_setting_is_one_line_and_exit_2(variable, value, message):
     (line,) = result.stderr.strip().splitlines()
     assert line.startswith("configuration error: ") and message in line
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("url", "host", "port"),
+    [
+        ("postgres://postgres@%2Frun%2FPostgreSQL/catalog", "/run/PostgreSQL", ""),
+        ("postgres://postgres@%2frun%2fpostgresql:5433/catalog", "/run/postgresql", "5433"),
+        ("postgres://postgres@/catalog?host=/run/postgresql", "", ""),
+        ("postgres://postgres@db-host:5432/catalog", "db-host", "5432"),
+    ],
+)
+def test_a_unix_socket_directory_may_be_percent_encoded_in_the_host_as_libpq_reads_it(url, host, port):
+    shown = (
+        "from django.conf import settings; d = settings.DATABASES['default']; print(repr((d['HOST'], str(d['PORT']))))"
+    )
+
+    result = run_manage("shell", "-c", shown, DATABASE_URL=url)
+
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().splitlines()[-1] == repr((host, port))

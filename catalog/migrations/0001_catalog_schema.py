@@ -1,8 +1,8 @@
 """The `catalog` schema: read-replica cards of the source system, their display overrides, ranking rules.
 
 The tables are owned by this SQL, not by Django's autodetector (the models are `managed = False`).
-`project_id` of a property object is a logical reference with no foreign key (INV-2): the source decides
-what exists, and the retention job keeps the order "property objects before their project" itself.
+`project_id` of a property object is a logical reference with no foreign key (INV-2, docs/contract.md): the
+source decides what exists, and the retention job keeps the order "property objects before their project" itself.
 The partial indexes on `(updated_at, id) WHERE status = 'Delisted'` make a retention batch cost O(batch),
 not O(table); `id` breaks ties so "oldest first" is one deterministic order (a project's cascade gives all
 its objects the same `updated_at`).

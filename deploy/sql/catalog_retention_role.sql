@@ -8,8 +8,9 @@
 --
 -- Run it as a superuser (or the owner of schema catalog) in the catalog database; re-running it is harmless:
 --     psql -d catalog -v ON_ERROR_STOP=1 -f deploy/sql/catalog_retention_role.sql
--- then give the role a password out of band (`\password catalog_retention`) and point the job at it:
---     DATABASE_URL=postgres://catalog_retention:…@db-host:5432/catalog
+-- then give the role a password out of band (`\password catalog_retention`) and point the job at it
+-- (docs/production.md, docs/database-role.md):
+--     DELISTED_RETENTION_DATABASE_URL=postgres://catalog_retention:…@db-host:5432/catalog
 -- A role belongs to the whole cluster, grants to one database: run it once in every catalog database.
 -- Not covered here: PUBLIC's default TEMPORARY privilege on the database (revoke it from PUBLIC if temporary
 -- tables are unwanted for every role).

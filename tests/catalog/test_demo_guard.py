@@ -23,6 +23,7 @@ from tests.factories import (
     PropertyObjectCardFactory,
     PropertyObjectDisplayOverrideFactory,
 )
+from tests.servers import POSTGRES_BINDIR, POSTGRES_MAJOR
 from tests.support import (
     PROJECT_ROOT,
     database_url_of_tests,
@@ -142,7 +143,11 @@ def restored_database(django_db_setup):
 @pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_a_real_catalog_restored_from_a_demo_databases_schema_dump_is_not_reset(restored_database):
-    pg_dump, psql = installed_tool("pg_dump", "postgresql-client"), installed_tool("psql", "postgresql-client")
+    # The server's own major version: pg_dump refuses a newer server (Debian's 15 against the embedded 16).
+    pg_dump, psql = (
+        installed_tool(name, f"postgresql-client-{POSTGRES_MAJOR}", path=POSTGRES_BINDIR)
+        for name in ("pg_dump", "psql")
+    )
     assert run_manage(*DEMO_RESET).returncode == 0  # the test database is now a demo database
     schema = subprocess.run(
         [pg_dump, "--schema-only", database_url_of_tests()], capture_output=True, text=True, check=True,

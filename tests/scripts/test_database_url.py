@@ -1,5 +1,5 @@
 """scripts/database_url.py without a PostgreSQL on 127.0.0.1:5432: it starts the embedded one (pgserver, from
-requirements.txt) inside the checkout, shows its URL, leaves it running for the next make step, and --stop (make
+requirements-dev.txt) inside the checkout, shows its URL, leaves it running for the next make step, and --stop (make
 demo-stop) ends it and deletes its data. The script runs in a network namespace of its own (`unshare --net`,
 loopback down), where 127.0.0.1:5432 is unreachable; the embedded server listens on a Unix socket only, which is
 reachable from outside the namespace. A copy of the script in a temporary checkout keeps the real checkout's
@@ -55,6 +55,7 @@ def test_without_a_local_postgresql_the_embedded_one_runs_in_the_checkout_until_
     assert started.returncode == 0, started.stderr
     (url,) = started.stdout.splitlines()
     assert f"DATABASE_URL={url}" in started.stderr and "make demo-stop" in started.stderr
+    assert "Warning" not in started.stderr  # e.g. platformdirs' RuntimeDirWarning, without XDG_RUNTIME_DIR
     assert parse_qs(urlsplit(url).query)["host"] == [str(data_directory)]  # a socket in the checkout, no TCP
     with psycopg.connect(url, connect_timeout=10) as connection:  # still running after the script ended
         assert connection.execute("SELECT current_database()").fetchone() == ("catalog",)
