@@ -6,7 +6,7 @@ cards Delisted recently (inside the restore window: they must survive), Publishe
 overrides both live and soft-deleted, and ranking rules, some of them pointing at Delisted projects (the job must
 leave those alone). The rows look as the source-event consumers would have left them: a Delisted card's
 `updated_at` is its delisting moment, and every object of a Delisted project is Delisted with the project's own
-`updated_at` (the INV-5 cascade).
+`updated_at` (the INV-5 cascade, docs/contract.md).
 
 Demo data must never land in, and a reset must never empty, a real catalog. Nothing is seeded with
 APP_ENV=production, and elsewhere only into a demo catalog: one whose every row is demo data, an empty catalog

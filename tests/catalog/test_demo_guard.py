@@ -1,5 +1,5 @@
 """The demo guard: `seed_demo_data` empties (--reset) or adds to a catalog only when every row in it is demo data,
-checked under a lock that keeps writers out until the commit. Each way the guard was bypassed (issue 18, part 5)
+checked under a lock that keeps writers out until the commit. Each way the guard was bypassed
 is a test: a copied schema comment, a real catalog restored from a demo database's schema dump, real cards added
 to a demo catalog, a real card committed while the reset waited for its lock; and demo rows added to a real
 catalog without --reset."""
@@ -35,7 +35,7 @@ from tests.support import (
 
 pytestmark = pytest.mark.django_db
 
-# What marked a demo catalog before issue 18: a comment on schema `catalog`, which copies and dumps carry along.
+# What marked a demo catalog before this guard: a comment on schema `catalog`, which copies and dumps carry along.
 LEGACY_DEMO_MARK = "Demo catalog made by manage.py seed_demo_data: --reset may empty it."
 DEMO_RESET = ("seed_demo_data", "--reset", "--projects", "3", "--objects-per-project", "2")
 WAIT_SECONDS = 30

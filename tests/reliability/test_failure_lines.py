@@ -13,7 +13,7 @@ from config.logging import MAX_LINE_BYTES
 from config.settings import CONNECT_TIMEOUT_SECONDS
 from tests.factories import ProjectCardFactory, PropertyObjectCardFactory
 from tests.reliability.support import run_purge
-from tests.support import deletes_refused, free_loopback_port
+from tests.support import database_url_of_tests, deletes_refused, free_loopback_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -40,11 +40,12 @@ def test_a_server_that_accepts_and_never_answers_is_one_line_within_the_connect_
 
 def test_a_database_without_the_catalog_schema_is_one_line_saying_run_migrate():
     name = f"{connection.settings_dict['NAME']}_empty"
-    with psycopg.connect(f"postgres://postgres@{connection.settings_dict['HOST']}:{connection.settings_dict['PORT']}/postgres", autocommit=True) as admin:
+    server = database_url_of_tests().rsplit("/", 1)[0]  # the test database's server, a Unix socket's too
+    with psycopg.connect(f"{server}/postgres", autocommit=True) as admin:
         admin.execute(f'DROP DATABASE IF EXISTS "{name}"')
         admin.execute(f'CREATE DATABASE "{name}"')
         try:
-            job = run_purge(DATABASE_URL=f"postgres://postgres@{connection.settings_dict['HOST']}:{connection.settings_dict['PORT']}/{name}")
+            job = run_purge(DATABASE_URL=f"{server}/{name}")
         finally:
             admin.execute(f'DROP DATABASE "{name}"')
 

@@ -335,7 +335,7 @@ def test_the_application_role_works_as_before(retention_role):
 
 
 def run_script_with_psql() -> subprocess.CompletedProcess:
-    """The role script applied as the operator does (README)."""
+    """The role script applied as the operator does (docs/production.md)."""
     psql = installed_tool("psql", f"postgresql-client-{POSTGRES_MAJOR}", path=POSTGRES_BINDIR)
     return subprocess.run(
         [psql, "--dbname", database_url_of_tests(), "-v", "ON_ERROR_STOP=1", "-f", str(ROLE_SCRIPT)],

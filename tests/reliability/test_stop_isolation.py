@@ -1,7 +1,7 @@
 """SIGTERM while a refused batch is redone in parts (culprit isolation), seen from outside as an operator sees it:
 the process, its exit, its `--json` result and the catalog. The isolation runs many short statements in one
-transaction, and its session sits idle between them, where a cancel request finds nothing to cancel (issue 25: a
-SIGTERM there was missed about once in six). Whatever the machinery, every trial must end `stopped` within
+transaction, and its session sits idle between them, where a cancel request finds nothing to cancel (a SIGTERM
+there was once missed about once in six). Whatever the machinery, every trial must end `stopped` within
 STOP_SECONDS of the signal, without going on to the end of the isolation, deleting nothing it should not.
 
 The trials share one catalog, restored between them: CLEAN overdue cards (the first batch, deleted whole), then a
@@ -28,7 +28,7 @@ from tests.support import database_url_of_tests, deletes_refused
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 TRIALS = 20  # the issue asks for at least 20; each costs a process start (about a second) and part of an isolation
-STOP_SECONDS = 5  # issue 25: every wait of the job ends at most 5 s after SIGTERM
+STOP_SECONDS = 5  # every wait of the job ends at most 5 s after SIGTERM
 BATCH_SIZE = 200
 CLEAN = BATCH_SIZE  # the first batch: overdue cards nobody refuses
 NOT_OVERDUE = 20  # of each kind: Delisted within the retention, Published
@@ -169,7 +169,7 @@ def run_trial(trial: Trial, observer: psycopg.Connection, overdue: set, poison: 
     if took > STOP_SECONDS:
         problems.append(f"exited {took:.1f}s after the signal")
     if result["culprit_count"] == len(poison):
-        # Here an isolation lasts seconds, in production minutes (issue 25: 204 s): a run that went on to the end of
+        # Here an isolation lasts seconds, in production minutes (204 s once, before the fix): a run that went on to the end of
         # it missed the signal, even when that took less than STOP_SECONDS.
         problems.append("went on to the end of the isolation (every culprit found)")
     if (result["stop_reason"], result["outcome"]) != ("stopped", "stopped"):

@@ -8,7 +8,7 @@ from tests.support import advisory_lock_holders, database_url_of_tests, job_sess
 
 pytestmark = pytest.mark.django_db
 
-# Documented in the README: operators look for this key in pg_locks.
+# Documented in docs/operations.md: operators look for this key in pg_locks.
 JOB_LOCK_KEY = 3155265015234774692
 
 
