@@ -13,7 +13,8 @@ from retention.service import CULPRITS_LISTED
 from tests.support import database_url_of_tests, deletes_refused, purge, run_manage
 
 POISON = "OLD.title = 'poison'"
-# A trigger's message of about 4 KB, as a chatty constraint or audit trigger raises (165 KB of stdout before culprit errors were cut).
+# A trigger's message of about 4 KB, as a chatty constraint or audit trigger raises (165 KB of stdout before
+# culprit errors were cut).
 LONG_REFUSAL = "card is still referenced by the billing ledger: " + "invoice 2024-000123 line 7, " * 145
 
 

@@ -169,8 +169,8 @@ def run_trial(trial: Trial, observer: psycopg.Connection, overdue: set, poison: 
     if took > STOP_SECONDS:
         problems.append(f"exited {took:.1f}s after the signal")
     if result["culprit_count"] == len(poison):
-        # Here an isolation lasts seconds, in production minutes (204 s once, before the fix): a run that went on to the end of
-        # it missed the signal, even when that took less than STOP_SECONDS.
+        # Here an isolation lasts seconds, in production minutes (204 s once, before the fix): a run that went on to
+        # the end of it missed the signal, even when that took less than STOP_SECONDS.
         problems.append("went on to the end of the isolation (every culprit found)")
     if (result["stop_reason"], result["outcome"]) != ("stopped", "stopped"):
         problems.append(f"ended {result['stop_reason']}/{result['outcome']} (exit {job.returncode}): {result['error']}")
