@@ -10,7 +10,10 @@ def main():
     from django.core.exceptions import ImproperlyConfigured
     from django.core.management import execute_from_command_line
 
+    from config.tracing import configure_tracing
+
     try:
+        configure_tracing()  # reads the settings when OTEL_* variables ask for traces: inside the try
         execute_from_command_line(sys.argv)
     except ImproperlyConfigured as error:
         # A bad deploy setting is an operator's mistake, not a bug: one line, exit 2.

@@ -6,6 +6,7 @@ import json
 import logging
 from datetime import datetime, timezone
 
+from opentelemetry import trace
 from pythonjsonlogger import json as jsonlogger
 
 MAX_LINE_BYTES = 8192
@@ -79,6 +80,18 @@ class JsonFormatter(jsonlogger.JsonFormatter):
                                       keep="tail" if key == "exc_info" else "head")
             excess -= size - len(log_data[key].encode())
         return log_data
+
+
+class TraceContext(logging.Filter):
+    """Stamps a record with the trace_id and span_id of the span in progress (32 and 16 lowercase hex digits, as
+    tracing backends show them), so that a log line and its trace find each other. Nothing without a span."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        context = trace.get_current_span().get_span_context()
+        if context.is_valid:
+            record.trace_id = format(context.trace_id, "032x")
+            record.span_id = format(context.span_id, "016x")
+        return True
 
 
 class RunLog(logging.LoggerAdapter):

@@ -227,13 +227,18 @@ LOGGING = {
         "text": {"()": "config.logging.TextFormatter"},
         "json": {"()": "config.logging.JsonFormatter"},
     },
+    # Each line carries the trace_id and span_id of the span in progress, when tracing is on (config.tracing).
+    "filters": {"trace_context": {"()": "config.logging.TraceContext"}},
     "handlers": {
         # stderr: a command's result owns stdout.
-        "stderr": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT, "stream": "ext://sys.stderr"},
+        "stderr": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT, "stream": "ext://sys.stderr",
+                   "filters": ["trace_context"]},
     },
     "root": {"handlers": ["stderr"], "level": "WARNING"},
     "loggers": {
         "catalog": {"level": LOG_LEVEL},
         "retention": {"level": LOG_LEVEL},
+        # The SDK's exporter logs a line per retry and per failed batch: config.tracing says it once, at exit.
+        "opentelemetry": {"level": "CRITICAL"},
     },
 }

@@ -74,7 +74,7 @@ class PurgeResult:
     culprit_count: int = 0
     error: str | None = None
     dry_run: bool = False
-    trace_id: str | None = None  # the run's OpenTelemetry trace, when tracing is on
+    trace_id: str | None = None  # the run's trace (32 lowercase hex digits); None when tracing is off
 
     @property
     def deleted_overrides(self) -> int:
