@@ -137,6 +137,33 @@ def measure_throughput(base_url: str, template: str, copy: str, *, batch_size: i
     return Throughput(jobs=jobs, floors=floors)
 
 
+@dataclass(frozen=True)
+class TracingCost:
+    """The job with tracing off and on (exporting to a local OTLP receiver), alternating, on copies of one template."""
+
+    off: list[Run]
+    on: list[Run]
+    spans: int  # what the receiver got from the runs with tracing on
+
+
+def measure_tracing(base_url: str, template: str, copy: str, *, batch_size: int, rounds: int) -> TracingCost:
+    """Off, then on, `rounds` times, each on a fresh copy: the on runs export every span (the statements' included)
+    to a receiver in this process, as to a collector next to the job. Their exit flush is outside the timed run."""
+    from tests.tracing.receiver import running_receiver
+
+    off, on = [], []
+    with running_receiver() as receiver:
+        for _ in range(rounds):
+            for runs, env in ((off, {}), (on, receiver.env())):
+                url = create_database(base_url, copy, template=template)
+                runs.append(run_from_outcome(
+                    run_worker("job", url, "--batch-size", str(batch_size), env=env),
+                    "tracing on" if env else "tracing off",
+                ))
+        spans = len(receiver.spans)
+    return TracingCost(off=off, on=on, spans=spans)
+
+
 def measure_scaling(
     base_url: str, names: dict[str, str], copy: str, *, batch_size: int, repeats: int, throughput_jobs: list[Run],
 ):
@@ -314,6 +341,7 @@ class Results:
     one_shot_study: list[Run]  # ONE_SHOT_STUDY's runs, in its order
     rss: list[tuple[int, int, int]]  # (max batches, peak RSS in KiB, cards deleted), the shorter run first
     admin_pages: list[AdminPage]  # the admin index first
+    tracing: TracingCost  # on the backlog_small template
 
 
 def measure(base_url: str, names: dict[str, str], args) -> Results:
@@ -379,8 +407,12 @@ def measure(base_url: str, names: dict[str, str], args) -> Results:
         AdminPage(label, path, seconds)
         for label, path, seconds in run_worker("admin", url, "--repeats", str(args.admin_repeats))["pages"]
     ]
+    logger.info("8. tracing on vs off")
+    tracing = measure_tracing(
+        base_url, names["backlog_small"], names["run"], batch_size=args.batch_size, rounds=args.tracing_rounds,
+    )
     logger.info("done")
     return Results(
         sizes=sizes, backlogs=backlogs, throughput=throughput, scaling=scaling, live=live, unmeasured=unmeasured,
-        peers=peers, one_shot_study=one_shot_study, rss=rss, admin_pages=admin_pages,
+        peers=peers, one_shot_study=one_shot_study, rss=rss, admin_pages=admin_pages, tracing=tracing,
     )

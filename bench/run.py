@@ -59,6 +59,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--admin-cards", type=int, default=1_000_000, help="property objects of the admin catalog")
     parser.add_argument("--admin-backlog", type=int, default=200_000, help="its overdue property objects")
     parser.add_argument("--admin-repeats", type=int, default=10, help="timed rounds over the admin pages")
+    parser.add_argument("--tracing-rounds", type=int, default=4, help="runs with tracing off and on, each, in 8")
     parser.add_argument("--output", type=Path, default=PROJECT_ROOT / "docs" / "benchmarks.md")
     return parser.parse_args()
 

@@ -67,6 +67,9 @@ FLOOR_PROJECTS = """
 def setup_django(database_url: str) -> None:
     os.environ["DATABASE_URL"] = database_url
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+    from config.tracing import configure_tracing
+
+    configure_tracing()  # as manage.py does: on only when the environment has OTEL_* variables (section 8)
     django.setup()
 
 
