@@ -97,6 +97,7 @@ class Run:
     seconds: float
     batch_seconds: list[float]
     longest_transaction: float  # of every transaction of the run, the ones that deleted nothing too
+    cpu_seconds: float | None = None  # the job's process, all its threads; the floor's is not measured
 
     @property
     def rows_per_second(self) -> float:
@@ -107,6 +108,7 @@ def run_from_outcome(outcome: dict, label: str) -> Run:
     return Run(
         label=label, deleted_cards=outcome["deleted_cards"], seconds=outcome["finished"] - outcome["started"],
         batch_seconds=outcome["batch_seconds"], longest_transaction=outcome["longest_transaction"],
+        cpu_seconds=outcome.get("cpu_seconds"),
     )
 
 
@@ -341,7 +343,7 @@ class Results:
     one_shot_study: list[Run]  # ONE_SHOT_STUDY's runs, in its order
     rss: list[tuple[int, int, int]]  # (max batches, peak RSS in KiB, cards deleted), the shorter run first
     admin_pages: list[AdminPage]  # the admin index first
-    tracing: TracingCost  # on the backlog_small template
+    tracing: TracingCost  # on the backlog_large template
 
 
 def measure(base_url: str, names: dict[str, str], args) -> Results:
@@ -408,8 +410,9 @@ def measure(base_url: str, names: dict[str, str], args) -> Results:
         for label, path, seconds in run_worker("admin", url, "--repeats", str(args.admin_repeats))["pages"]
     ]
     logger.info("8. tracing on vs off")
+    # The large backlog: runs long enough that the neighbours' load does not swamp a few per cent.
     tracing = measure_tracing(
-        base_url, names["backlog_small"], names["run"], batch_size=args.batch_size, rounds=args.tracing_rounds,
+        base_url, names["backlog_large"], names["run"], batch_size=args.batch_size, rounds=args.tracing_rounds,
     )
     logger.info("done")
     return Results(
