@@ -6,13 +6,14 @@ http://localhost:4318. With none set nothing here runs: the SDK is not even impo
 OpenTelemetry API's no-op, and no thread is started.
 
 A tracing backend must never change what a run does. The spans are exported by the processor's own thread, and
-at exit the process waits at most FLUSH_BOUND for what is still queued: a collector that is down, refuses, or
+at exit the process waits at most FLUSH_BOUND_SECONDS for what is still queued: a collector that is down, refuses, or
 accepts and never answers costs a night at most that, and one warning line on stderr; the exit code is the run's.
 `TRACEPARENT` (and `TRACESTATE`) in the environment, as a traced scheduler passes them, make every span of the
 process a child of that trace.
 """
 
 import atexit
+import functools
 import logging
 import os
 import threading
@@ -38,14 +39,11 @@ def tracing_wanted(environ=os.environ) -> bool:
     return any(name.startswith("OTEL_") for name in environ)
 
 
-def current_trace_id() -> str | None:
-    """The trace id of the span in progress as 32 lowercase hex digits; None when tracing is off."""
-    context = trace.get_current_span().get_span_context()
-    return format(context.trace_id, "032x") if context.is_valid else None
-
-
-def configure_tracing(environ=os.environ) -> None:
-    """Once per process, before Django handles anything: the command (manage.py) and the web app (wsgi.py)."""
+@functools.cache  # once per process: `manage.py runserver` imports config/wsgi.py too
+def configure_tracing() -> None:
+    """Before Django handles anything: the command (manage.py) and the web app (wsgi.py). The SDK reads the rest of
+    the variables itself."""
+    environ = os.environ
     if not tracing_wanted(environ):
         return
     unsupported = unsupported_setting(environ)
