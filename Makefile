@@ -33,11 +33,15 @@ BENCH_PEER_BACKLOG ?= 400000
 BENCH_PEER_ROUNDS ?= 5
 BENCH_ADMIN_CARDS ?= 1000000
 BENCH_ADMIN_BACKLOG ?= 200000
+BENCH_TRACING_ROUNDS ?= 4
+# `make bench-tracing` alone: a catalog of its own, large enough for runs of a few seconds.
+BENCH_TRACING_CARDS ?= 1000000
+BENCH_TRACING_BACKLOG ?= 150000
 
 # `make admin` serves the app here (loopback only).
 ADMIN_ADDRESS ?= 127.0.0.1:8000
 
-.PHONY: demo demo-stop test migrate bench admin screenshots
+.PHONY: demo demo-stop test migrate bench bench-tracing admin screenshots trace-picture
 
 # The runtime requirements and the development tools (requirements-dev.txt); production installs requirements.txt only.
 $(VENV)/.installed: requirements.txt requirements-dev.txt
@@ -77,6 +81,11 @@ admin: $(VENV)/.installed
 	$(PY) manage.py demo_admin --address $(ADMIN_ADDRESS) && \
 	exec $(PY) manage.py runserver $(ADMIN_ADDRESS) --noreload
 
+# docs/tracing.md's span tree of a real run, as the tests' OTLP receiver collected it, into docs/images/.
+trace-picture: $(VENV)/.installed
+	TRACE_PICTURE=docs/images/run-trace.txt DATABASE_URL="$(DB_URL)" $(PY) -m pytest -q \
+		tests/tracing/test_run_trace.py -k test_a_run_is_one_trace_rooted_in_its_run
+
 # The README's pictures of what staff see, taken by the browser tests into docs/images/.
 screenshots: $(VENV)/.installed
 	scripts/install_test_tools.sh
@@ -90,4 +99,10 @@ bench: $(VENV)/.bench-installed
 		--small-throughput-backlog $(BENCH_SMALL_THROUGHPUT_BACKLOG) \
 		--repeats $(BENCH_REPEATS) --pauses-ms $(BENCH_PAUSES_MS) --pause-factors $(BENCH_PAUSE_FACTORS) \
 		--live-rounds $(BENCH_LIVE_ROUNDS) --peer-cards $(BENCH_PEER_CARDS) --peer-backlog $(BENCH_PEER_BACKLOG) \
-		--peer-rounds $(BENCH_PEER_ROUNDS) --admin-cards $(BENCH_ADMIN_CARDS) --admin-backlog $(BENCH_ADMIN_BACKLOG)
+		--peer-rounds $(BENCH_PEER_ROUNDS) --admin-cards $(BENCH_ADMIN_CARDS) --admin-backlog $(BENCH_ADMIN_BACKLOG) \
+		--tracing-rounds $(BENCH_TRACING_ROUNDS)
+
+# Section 8 of `make bench` alone, on a catalog of its own: tracing on (exporting) against off. Prints the figures.
+bench-tracing: $(VENV)/.bench-installed
+	$(PY) -m bench.tracing --database-url "$(DB_URL)" --cards $(BENCH_TRACING_CARDS) \
+		--backlog $(BENCH_TRACING_BACKLOG) --rounds $(BENCH_TRACING_ROUNDS)

@@ -14,12 +14,14 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime
 
 import psycopg
 from django.conf import settings
 from django.db import DatabaseError, OperationalError, transaction
+from opentelemetry import trace
 
 from config.logging import shortened
 from retention.backlog import Backlog, compute_cutoff, measure_backlog
@@ -31,6 +33,7 @@ from retention.phases import BATCH_ROWS, CARD_PHASES, PHASES, PROJECTS, PROPERTY
 from retention.preview import preview_purge
 from retention.results import Culprit, Outcome, PurgeFailed, PurgeResult, StopReason
 from retention.session import SYNC_WAIT_CANCELLED_MESSAGE, JobSession, StopRequest, StopRun, sqlstate
+from retention.spans import current_trace_id, failed, result_attributes, run_attributes, traced
 
 LOCK_NAME = "job:scheduled:catalog-delisted-retention"
 # SQLSTATE classes of errors that belong to the rows, not to the database: data exceptions (22), integrity
@@ -75,24 +78,29 @@ def purge_delisted_cards(
     run = Run()
     metrics = None if dry_run else RunMetrics(log=session.log, max_duration=session.limits.max_duration)
     at_end = None
-    with session.running():
-        try:
-            if dry_run:
-                run.cutoff = compute_cutoff(session, session.limits.retention, now)
-                result = run_result(session, run, **preview_purge(session, cutoff=run.cutoff), dry_run=True)
-            else:
-                result, at_end = locked_run(session, run, now, metrics, on_start or (lambda backlog: None),
-                                            on_batch or (lambda deleted: None))
-        except StopRun as stopped:  # before anything was locked: the wait for a pooler's server, the dry run
-            result = run_result(session, run, stopped.reason, dry_run=dry_run)
-        except INFRASTRUCTURE_ERRORS as error:
-            result = run_result(session, run, StopReason.FAILED, error=describe_failure(error, session.using),
-                                dry_run=dry_run)
-    if metrics:
-        metrics.run_finished(result, at_end)
-    if result.outcome is Outcome.FAILED:
-        raise PurgeFailed(result)
-    return result
+    # The run's root span (retention.spans): its status is the exit code's, an error when the run fails.
+    with traced("purge_delisted", run_attributes(
+        run_id=str(session.run_id), database=session.using, limits=session.limits, dry_run=dry_run,
+    )) as root:
+        with session.running():
+            try:
+                if dry_run:
+                    run.cutoff = compute_cutoff(session, session.limits.retention, now)
+                    result = run_result(session, run, **preview_purge(session, cutoff=run.cutoff), dry_run=True)
+                else:
+                    result, at_end = locked_run(session, run, now, metrics, on_start or (lambda backlog: None),
+                                                on_batch or (lambda deleted: None))
+            except StopRun as stopped:  # before anything was locked: the wait for a pooler's server, the dry run
+                result = run_result(session, run, stopped.reason, dry_run=dry_run)
+            except INFRASTRUCTURE_ERRORS as error:
+                result = run_result(session, run, StopReason.FAILED, error=describe_failure(error, session.using),
+                                    dry_run=dry_run)
+        if metrics:
+            metrics.run_finished(result, at_end)
+        root.set_attributes(result_attributes(result))
+        if result.outcome is Outcome.FAILED:
+            raise PurgeFailed(result)
+        return result
 
 
 def job_database(using: str | None) -> str:
@@ -131,7 +139,7 @@ def run_result(session: JobSession, run: Run, stop_reason: StopReason, *, error:
         run_id=session.run_id, cutoff=run.cutoff, stop_reason=stop_reason,
         culprits=tuple(run.culprits[:CULPRITS_LISTED]), culprit_count=len(run.culprits),
         replica_lag_wait_seconds=round(run.replica_lag_wait, 3), error=error, dry_run=dry_run,
-        duration_seconds=round(time.monotonic() - session.started, 3),
+        duration_seconds=round(time.monotonic() - session.started, 3), trace_id=current_trace_id(),
         **{"batches_processed": run.batches, **run.counts, **fields},  # a dry run's fields are its own
     )
 
@@ -157,7 +165,9 @@ def locked_run(
     session: JobSession, run: Run, now, metrics: RunMetrics, on_start, on_batch
 ) -> tuple[PurgeResult, Backlog | None]:
     """The run under the advisory lock; returns its result and the backlog counted at its end."""
-    with advisory_lock(session, LOCK_NAME, marker=str(session.run_id)) as acquired:
+    with traced("advisory_lock", {"retention.lock": LOCK_NAME}), advisory_lock(
+        session, LOCK_NAME, marker=str(session.run_id),
+    ) as acquired:
         if not acquired:
             session.log.warning("purge skipped: the advisory lock is held by another run", extra={"lock": LOCK_NAME})
             return run_result(session, run, StopReason.LOCK_BUSY), None
@@ -165,7 +175,8 @@ def locked_run(
         try:
             run.cutoff = compute_cutoff(session, session.limits.retention, now)
             # What the run starts from; the held-back projects are counted at the end, where they are reported.
-            at_start = measure_backlog(session, cutoff=run.cutoff, count_held_back=False, in_chunks=True)
+            with traced("count_backlog", {"retention.count": "start"}):
+                at_start = measure_backlog(session, cutoff=run.cutoff, count_held_back=False, in_chunks=True)
             metrics.run_started(at_start)
             session.log.info(
                 "purge started",
@@ -182,7 +193,8 @@ def locked_run(
         if at_start is None:  # a SIGTERM or the run's time ended the start count
             return run_result(session, run, stop_reason), None
         try:
-            at_end = measure_backlog(session, cutoff=run.cutoff, within_window_from=at_start, in_chunks=True)
+            with traced("count_backlog", {"retention.count": "end"}):
+                at_end = measure_backlog(session, cutoff=run.cutoff, within_window_from=at_start, in_chunks=True)
         except StopRun:
             at_end = None  # what is left stays unknown
         result = run_result(session, run, 
@@ -208,7 +220,8 @@ def overdue_left(backlog: Backlog, culprits: list[Culprit]) -> bool:
 
 def summary_fields(result: PurgeResult) -> dict:
     fields = result.as_dict()
-    fields.pop("run_id")
+    fields.pop("run_id")  # on every line of the run already (RunLog), as the trace id is when tracing is on
+    fields.pop("trace_id")
     fields["culprits"] = [culprit.card_id for culprit in result.culprits]
     return fields
 
@@ -219,33 +232,52 @@ def run_phases(session: JobSession, run: Run, on_batch: Callable[[int], None]) -
     for phase in PHASES:
         scan = CandidateScan(phase, after=phase.first_key) if phase.scan_sql else None
         resume_after = last_key = phase.first_key  # where a batch resumes (retention.phases, Phase), where it got
-        while True:
-            if last_batch_seconds is not None:
-                session.sleep(session.limits.batch_pause.total_seconds()
-                                  + session.limits.batch_pause_factor * last_batch_seconds)
-            stop_if_due(session, run)
-            wait_for_replicas_if_asked(session, run)
-            only_ids = scan.next_candidates(session, run) if scan else None
-            if only_ids == []:
-                break  # the scan found no candidate left
-            started = time.monotonic()
-            try:
-                outcome = delete_batch(session, run, phase, resume_after, only_ids)
-            except BatchRefused as refusal:
-                outcome = isolate_culprits(session, run, phase, refusal)
-                stop_if_systemic(session, run, phase, outcome, refusal.error)
-            else:
-                run.refused_batches = 0
-            # After a redone batch (culprits) the next resumes as it did: its culprits are skipped, the rest is gone.
-            if outcome.last_key:
-                resume_after, last_key = last_key, outcome.last_key
-            # The pause rests the database after work; an empty selection (a phase ran dry) did none.
-            last_batch_seconds = time.monotonic() - started if outcome.selected else None
-            if outcome.selected:
-                on_batch(outcome.deleted_cards)
-            # A phase with a scan runs dry when its candidates are all taken, any other on a short batch.
-            if (scan.done if scan else outcome.selected < session.limits.batch_size):
-                break
+        with traced("phase", {"retention.phase": phase.name}):
+            while True:
+                if last_batch_seconds is not None:
+                    pause = (session.limits.batch_pause.total_seconds()
+                             + session.limits.batch_pause_factor * last_batch_seconds)
+                    with traced("pause", {"retention.pause_seconds": pause}) if pause else nullcontext():
+                        session.sleep(pause)
+                stop_if_due(session, run)
+                wait_for_replicas_if_asked(session, run)
+                only_ids = scan.next_candidates(session, run) if scan else None
+                if only_ids == []:
+                    break  # the scan found no candidate left
+                started = time.monotonic()
+                with traced("batch", {"retention.phase": phase.name, "retention.batch_index": run.batches}) as span:
+                    outcome = traced_batch(session, run, phase, span, resume_after, only_ids)
+                # After a redone batch (culprits) the next resumes as it did: its culprits are skipped, the rest is
+                # gone.
+                if outcome.last_key:
+                    resume_after, last_key = last_key, outcome.last_key
+                # The pause rests the database after work; an empty selection (a phase ran dry) did none.
+                last_batch_seconds = time.monotonic() - started if outcome.selected else None
+                if outcome.selected:
+                    on_batch(outcome.deleted_cards)
+                # A phase with a scan runs dry when its candidates are all taken, any other on a short batch.
+                if (scan.done if scan else outcome.selected < session.limits.batch_size):
+                    break
+
+
+def traced_batch(
+    session: JobSession, run: Run, phase: Phase, span, after: tuple, only_ids: list[str] | None,
+) -> BatchOutcome:
+    """One batch, redone to isolate its culprits when refused for a data reason, its counts on its span: a refusal
+    is the span's error. A selection that found nothing ends the phase and is not a batch the result counts."""
+    try:
+        outcome = delete_batch(session, run, phase, after, only_ids)
+    except BatchRefused as refusal:
+        failed(span, refusal.error)
+        outcome = isolate_culprits(session, run, phase, refusal)
+        stop_if_systemic(session, run, phase, outcome, refusal.error)
+    else:
+        run.refused_batches = 0
+    span.set_attributes({"retention.selected": outcome.selected, "retention.deleted_cards": outcome.deleted_cards,
+                         "retention.deleted_overrides": outcome.deleted_overrides})
+    if not outcome.selected:
+        span.update_name("empty_batch")
+    return outcome
 
 
 @dataclass
@@ -269,7 +301,7 @@ class CandidateScan:
         while not self.exhausted and len(self.candidates) < batch_size:
             session.check()
             after_at, after_id = self.after
-            with session.transaction() as cursor:
+            with traced("scan_chunk", {"retention.phase": self.phase.name}), session.transaction() as cursor:
                 cursor.execute(self.phase.scan_sql, {
                     "after_at": after_at, "after_id": after_id, "chunk": SCAN_CHUNK, "cutoff": run.cutoff,
                     "orphan_sweep_window": session.limits.orphan_sweep_window,
@@ -287,7 +319,11 @@ def wait_for_replicas_if_asked(session: JobSession, run: Run) -> None:
     behind for longer than replica_lag_wait."""
     if not session.limits.max_replica_lag:
         return
-    wait = wait_for_replicas(session, max_lag=session.limits.max_replica_lag, max_wait=session.limits.replica_lag_wait)
+    lag_limit = {"retention.limit.max_replica_lag": session.limits.max_replica_lag.total_seconds()}
+    with traced("replica_lag_wait", lag_limit):
+        wait = wait_for_replicas(
+            session, max_lag=session.limits.max_replica_lag, max_wait=session.limits.replica_lag_wait,
+        )
     run.replica_lag_wait += wait.waited.total_seconds()
     if wait.waited.total_seconds() > 0.01:
         session.log.info(
@@ -380,7 +416,7 @@ def isolate_culprits(session: JobSession, run: Run, phase: Phase, refusal: Batch
     costs about 2·log2(n) statements, a batch refused whole about 2n. The failed attempt and this transaction
     together count as one batch."""
     deleted_cards = deleted_overrides = 0
-    with session.transaction(writes=True) as cursor:
+    with traced("isolate_culprits", {"retention.phase": phase.name}), session.transaction(writes=True) as cursor:
         cursor.execute(phase.lock_sql, refusal.params)
         selected, batch_ids, row_addresses, backend_pid, marker = cursor.fetchone()
         prove_holder(session, backend_pid, marker)
@@ -434,6 +470,7 @@ def stop_if_systemic(
 def record_culprit(session: JobSession, run: Run, phase: Phase, card_id: str, error: DatabaseError) -> None:
     message = first_line(error)
     run.culprits.append(Culprit(phase=phase.name, card_id=card_id, error=message))
+    trace.get_current_span().add_event("culprit", {"card_id": card_id, "error": message})  # on isolate_culprits
     if len(run.culprits) <= CULPRITS_LISTED:
         session.log.error(
             "card cannot be deleted: left in place, the run counts as failed",

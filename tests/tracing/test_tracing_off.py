@@ -1,0 +1,58 @@
+"""Without any OTEL_* variable a process pays nothing for tracing: the SDK is not imported and no exporter thread
+runs, so nothing can be sent. The same probe with the variables set sees the exporter's thread and the spans
+arrive, so the probe itself is proven to see them."""
+
+import json
+
+import pytest
+
+from tests.factories import PropertyObjectCardFactory
+from tests.tracing.conftest import run_traced
+
+# Runs the job in `manage.py shell`, then reports what the process holds.
+PROBE = """
+import json, sys, threading
+from django.core.management import call_command
+from opentelemetry import trace
+call_command("purge_delisted", "--json")
+print(json.dumps({
+    "threads": sorted(thread.name for thread in threading.enumerate()),
+    "sdk_imported": "opentelemetry.sdk" in sys.modules,
+    "tracer_provider": type(trace.get_tracer_provider()).__name__,
+}))
+"""
+
+
+def probe(receiver) -> dict:
+    completed = run_traced("shell", "-c", PROBE, receiver=receiver)
+    assert completed.returncode == 0, completed.stderr
+    result, report = completed.stdout.splitlines()[-2:]  # after the shell's own greeting
+    assert json.loads(result)["deleted_property_object_cards"] == 1
+    return json.loads(report) | {"trace_id": json.loads(result)["trace_id"]}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_without_otel_variables_nothing_is_imported_started_or_sent(receiver):
+    PropertyObjectCardFactory(long_delisted=True)
+
+    off = probe(None)
+
+    assert off == {"threads": ["MainThread"], "sdk_imported": False, "tracer_provider": "ProxyTracerProvider",
+                   "trace_id": None}
+    assert receiver.requests == 0
+
+    PropertyObjectCardFactory(long_delisted=True)
+    on = probe(receiver)
+
+    assert on["sdk_imported"] and on["tracer_provider"] == "TracerProvider"
+    assert "OtelBatchSpanRecordProcessor" in on["threads"]
+    assert on["trace_id"] in receiver.traces()
+
+
+def test_otel_sdk_disabled_or_exporter_none_turn_tracing_off():
+    from config.tracing import tracing_wanted
+
+    assert not tracing_wanted({})
+    assert tracing_wanted({"OTEL_SERVICE_NAME": "catalog"})
+    assert not tracing_wanted({"OTEL_SERVICE_NAME": "catalog", "OTEL_SDK_DISABLED": "true"})
+    assert not tracing_wanted({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318", "OTEL_TRACES_EXPORTER": "none"})
