@@ -12,8 +12,6 @@ from tests.support import PROJECT_ROOT
 
 README = PROJECT_ROOT / "README.md"
 PAGES = [README, *sorted((PROJECT_ROOT / "docs").rglob("*.md"))]
-# Written in another branch of the same issue (OpenTelemetry); linked from here already.
-PENDING = {PROJECT_ROOT / "docs" / "tracing.md"}
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 
 
@@ -27,7 +25,7 @@ def test_every_relative_link_resolves_inside_the_repository(page):
     resolved = {link: (page.parent / link.split("#", 1)[0]).resolve() for link in targets if not link.startswith("#")}
 
     outside = {link for link, path in resolved.items() if not path.is_relative_to(PROJECT_ROOT)}
-    missing = {link for link, path in resolved.items() if not path.exists() and path not in PENDING}
+    missing = {link for link, path in resolved.items() if not path.exists()}
     assert (outside, missing) == (set(), set())
 
 
