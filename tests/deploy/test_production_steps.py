@@ -167,7 +167,10 @@ def test_the_production_page_followed_on_a_throwaway_database(throwaway_catalog,
     done = json.loads(nightly.stdout)
     assert done["deleted_property_object_cards"] == predicted["would_delete_property_object_cards"]
     assert done["deleted_project_cards"] == predicted["would_delete_project_cards"]
-    assert "catalog_delisted_retention_last_success_timestamp_seconds" in metrics_file.read_text()  # step 7
+    # Step 7: the last run in the file the variable names, the last success in its sibling.
+    assert "catalog_delisted_retention_last_run_outcome" in metrics_file.read_text()
+    last_success = metrics_file.with_name("catalog_delisted_retention_last_success.prom")
+    assert "catalog_delisted_retention_last_success_timestamp_seconds" in last_success.read_text()
 
 
 def test_the_files_the_production_page_names_exist():
