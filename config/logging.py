@@ -10,6 +10,9 @@ from opentelemetry import trace
 from pythonjsonlogger import json as jsonlogger
 
 MAX_LINE_BYTES = 8192
+# An error as one line: its first, within this. A trigger's message can run to kilobytes, and a run's result carries
+# twenty culprits' errors: stdout stays small.
+ERROR_LINE_BYTES = 400
 # What every LogRecord has: anything else on a record came in through `extra`.
 RECORD_ATTRIBUTES = set(vars(logging.makeLogRecord({}))) | {"message", "asctime", "taskName"}
 
@@ -32,6 +35,11 @@ def shortened(text: str, limit: int, *, keep: str = "head") -> str:
     cut = data[len(data) - room:] if keep == "tail" else data[:room]
     cut = cut.decode(errors="ignore")
     return marker + cut if keep == "tail" else cut + marker
+
+
+def first_line(error: BaseException) -> str:
+    """An error's first line, within ERROR_LINE_BYTES."""
+    return shortened((str(error).strip().splitlines() or [type(error).__name__])[0], ERROR_LINE_BYTES)
 
 
 def rendered(value) -> str:

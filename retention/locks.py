@@ -51,6 +51,7 @@ SELECT pg_backend_pid(), set_config(%(marker_name)s, %(marker)s, false), already
   FROM held
 """
 UNLOCK = "SELECT pg_advisory_unlock(%(key)s)"
+LOCK_GONE = "advisory lock went with its session, which is gone"
 BACKEND_PID = "SELECT pg_backend_pid()"  # the server session's, through a pooler too
 QUERY_WAIT_TIMEOUT_ERROR = "query_wait_timeout"  # PgBouncer: a client waited that long for a server
 
@@ -86,16 +87,14 @@ def advisory_lock(session: JobSession, name: str, *, marker: str | None = None) 
     if already_held:  # this very connection holds it: a run in progress in this process (taking it again nests)
         release(session, name, key)
         raise PooledSessionError(HELD_BY_THIS_SESSION.format(alias=session.using))
-    connection = session.connection()
+    holding = session.connection()
     session.holder = (backend_pid, marker) if acquired else None
     try:
         yield acquired
     finally:
         session.holder = None
-        if acquired and session.connection() is connection and not connection.closed:
-            release(session, name, key)
-        elif acquired:  # Django replaced a connection that broke: the lock went with its session
-            logger.warning("advisory lock went with its session, which is gone", extra={"lock": name})
+        if acquired:
+            release(session, name, key, holding=holding)
 
 
 def prove_holder(session: JobSession, backend_pid: int, marker: str | None) -> None:
@@ -126,11 +125,15 @@ def refuse_a_pooler(session: JobSession) -> None:
         raise PooledSessionError(POOLED.format(alias=session.using))
 
 
-def release(session: JobSession, name: str, key: int) -> None:
+def release(session: JobSession, name: str, key: int, *, holding=None) -> None:
+    """Unlock on the session; a lock whose connection `holding` broke, or that Django replaced, went with it."""
+    if holding is not None and (session.connection() is not holding or holding.closed):
+        logger.warning(LOCK_GONE, extra={"lock": name})
+        return
     try:
         with session.transaction() as cursor:
             cursor.execute(UNLOCK, {"key": key})
             if not cursor.fetchone()[0]:
                 logger.error("advisory lock was not held by this session at release", extra={"lock": name})
     except DatabaseError:  # the connection broke just now: a session lock goes with its session
-        logger.warning("advisory lock went with its session, which is gone", extra={"lock": name})
+        logger.warning(LOCK_GONE, extra={"lock": name})

@@ -23,7 +23,7 @@ from django.conf import settings
 from django.db import DatabaseError, OperationalError, transaction
 from opentelemetry import trace
 
-from config.logging import shortened
+from config.logging import first_line
 from retention.backlog import Backlog, compute_cutoff, measure_backlog
 from retention.limits import PurgeLimits
 from retention.locks import PooledSessionError, PoolSaturated, advisory_lock, prove_holder
@@ -42,7 +42,6 @@ DATA_ERROR_CLASSES = ("22", "23", "P0")
 UNDEFINED_OBJECT_STATES = ("42P01", "3F000")  # undefined table, invalid schema name
 IDS_PER_LOG_LINE = 150  # ~6 KB of uuids: every log line stays under 8 KiB
 CULPRITS_LISTED = 20  # culprits logged one by one and carried in the result; the rest are only counted
-CULPRIT_ERROR_BYTES = 400  # a culprit's error as the result carries it: 20 of them keep stdout small
 # More culprits than this in one run is no longer a few poison cards but a systemic refusal: the run stops.
 MAX_CULPRITS = 5000
 CULPRITS = ("{count} card(s) cannot be deleted and were left in place; the first {listed} are logged with their id"
@@ -197,8 +196,8 @@ def locked_run(
                 at_end = measure_backlog(session, cutoff=run.cutoff, within_window_from=at_start, in_chunks=True)
         except StopRun:
             at_end = None  # what is left stays unknown
-        result = run_result(session, run, 
-            stop_reason,
+        result = run_result(
+            session, run, stop_reason,
             has_more=at_end and overdue_left(at_end, run.culprits),
             projects_held_back=at_end and at_end.projects.held_back,
             overdue_property_object_cards=at_start.property_objects.overdue,
@@ -498,11 +497,6 @@ def log_batch_failure(
 
 def is_data_error(error: DatabaseError) -> bool:
     return (sqlstate(error) or "")[:2] in DATA_ERROR_CLASSES
-
-
-def first_line(error: BaseException) -> str:
-    """An error's first line, within CULPRIT_ERROR_BYTES: a trigger's message can run to kilobytes."""
-    return shortened((str(error).strip().splitlines() or [type(error).__name__])[0], CULPRIT_ERROR_BYTES)
 
 
 def array_literal(values: list[str]) -> str:

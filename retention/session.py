@@ -199,8 +199,10 @@ class JobSession(Session):
         deadline): StopRun, after a rollback. A writing transaction sends no statement once a stop is requested."""
         if writes:
             self.check()
-        with self.connecting() as connection:
-            connection.ensure_connection()  # again, after Django dropped a connection that broke
+        connection = connections[self.using]
+        if connection.connection is None:  # the first, or Django dropped one that broke: a new one may wait
+            with self.connecting():
+                connection.ensure_connection()
         session = connection.connection
         sync_wait_cancels = []
 
@@ -252,11 +254,10 @@ class JobSession(Session):
             cursor.execute(SET_TRANSACTION_TIMEOUTS, params)
 
     def _reset_timeouts(self) -> None:
-        connection = connections[self.using]
-        if self._timeouts is None or connection.connection is not self._timeouts[0]:
+        if self._timeouts is None or self.connection() is not self._timeouts[0]:
             return  # nothing set, or set on a session that is gone
         try:
-            with connection.cursor() as cursor:
+            with connections[self.using].cursor() as cursor:
                 cursor.execute(RESET_TIMEOUTS)
         except DatabaseError as error:
             logger.warning("could not reset the session's timeouts: %s", error)

@@ -12,13 +12,12 @@ from datetime import timedelta
 from opentelemetry import trace
 from opentelemetry.trace import Span, Status, StatusCode
 
-from config.logging import shortened
+from config.logging import first_line
 from retention.limits import PurgeLimits
 from retention.results import PurgeResult
 from retention.session import StopRun
 
 tracer = trace.get_tracer("retention")
-ERROR_DESCRIPTION_BYTES = 400  # a trigger's message can run to kilobytes
 
 RESULT_COUNTS = (
     "deleted_property_object_cards", "deleted_project_cards", "deleted_property_object_overrides",
@@ -78,5 +77,4 @@ def failed(span: Span, error: BaseException) -> None:
     """A failure as tracing backends show one: the span's error status (the error's first line) and an exception
     event."""
     span.record_exception(error)
-    first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
-    span.set_status(Status(StatusCode.ERROR, shortened(first_line, ERROR_DESCRIPTION_BYTES)))
+    span.set_status(Status(StatusCode.ERROR, first_line(error)))
