@@ -2,9 +2,9 @@
 the interruption of whatever the session is running when a stop or the deadline comes.
 
 A `Session` reads on an alias, a transaction at a time (the admin page, the web metrics). A `JobSession` is the
-run's: its transactions run under lock_timeout and a statement_timeout no longer than what is left of the run, and
-one watcher thread interrupts the work in flight when the run must stop: a cancel, again every CANCEL_EVERY, then
-the socket shut after GIVE_UP_AFTER. The interrupted transaction rolls back and raises StopRun with the reason.
+run's: its transactions run under its lock_timeout and statement_timeout, and one watcher thread interrupts the work
+in flight when a stop is requested or the deadline passes: a cancel, again every CANCEL_EVERY, then the socket shut
+after GIVE_UP_AFTER. The interrupted transaction rolls back and raises StopRun with the reason.
 What is interrupted when, and why: docs/how-it-works.md, "Stopping a run".
 """
 
@@ -30,20 +30,14 @@ from retention.results import StopReason
 
 logger = logging.getLogger(__name__)
 
-QUERY_CANCELED = "57014"  # statement_timeout, or a cancel request
-# A statement bound never shorter than this, so that the end of a run can still count what it left.
-MIN_STATEMENT_TIMEOUT = timedelta(seconds=1)
 WATCH_EVERY = 0.05  # seconds between the watcher's looks
 CANCEL_EVERY = 0.5
 GIVE_UP_AFTER = 2.0
-STOP_GRACE = 2.0  # what a read begun after a stop (the end count, the unlock) may take before it is interrupted too
-SET_SESSION_TIMEOUTS = """
+STOP_GRACE = 2.0  # what a read begun after a stop or the deadline (the end count, the unlock) may take
+SET_TIMEOUTS = """
 SELECT set_config('statement_timeout', %(statement_timeout)s, false),
        set_config('lock_timeout', %(lock_timeout)s, false),
        set_config('application_name', %(application_name)s, false)
-"""
-SET_TRANSACTION_TIMEOUTS = """
-SELECT set_config('statement_timeout', %(statement_timeout)s, true), set_config('lock_timeout', %(lock_timeout)s, true)
 """
 RESET_TIMEOUTS = """
 SELECT set_config(name, reset_val, false) FROM pg_settings WHERE name IN ('statement_timeout', 'lock_timeout')
@@ -112,8 +106,7 @@ class Flight:
     """What the session is running now: a transaction, or the wait for a connection."""
 
     connection: object  # Django's connection, as the run's thread has it (connections[] is per thread)
-    writes: bool  # a batch, a culprit search, the wait for a pooler's server: the deadline ends it too
-    after_stop: bool  # begun after the stop request (the end count): given STOP_GRACE
+    after_stop: bool  # begun after the stop request or the deadline (the end count): given STOP_GRACE
     reason: StopReason | None = None  # why the watcher interrupts it
     interrupted: float = 0.0
     cancelled: float = 0.0
@@ -134,7 +127,7 @@ class JobSession(Session):
     unconfirmed_commit: bool = False  # a COMMIT's wait for the synchronous standby was cancelled
     _flight: Flight | None = field(default=None, repr=False)
     _guard: threading.Lock = field(default_factory=threading.Lock, repr=False)
-    _timeouts: tuple | None = field(default=None, repr=False)  # (the connection, statement ms, lock ms) set on it
+    _timed: object = field(default=None, repr=False)  # the database connection that has the run's timeouts
 
     @cached_property
     def log(self) -> RunLog:
@@ -153,13 +146,19 @@ class JobSession(Session):
         self.stop.wait(min(seconds, max(0.0, self.left().total_seconds())))
         return not self.stop.requested
 
+    def must_stop(self) -> tuple[StopReason, float] | None:
+        """Why the run must stop and since when (a stop request, the deadline), or None."""
+        if self.stop.requested:
+            return StopReason.STOPPED, self.stop.requested_at
+        if self.left() <= timedelta(0):
+            return StopReason.MAX_DURATION, self.started + self.limits.max_duration.total_seconds()
+        return None
+
     def check(self) -> None:
         """Before work: StopRun when the run must not start it."""
-        if self.stop.requested:
-            raise StopRun(StopReason.STOPPED)
+        if stop := self.must_stop():
+            raise StopRun(stop[0])
         if self.unconfirmed_commit:  # only the run's time limit cancels a commit without a stop request
-            raise StopRun(StopReason.MAX_DURATION)
-        if self.left() <= timedelta(0):
             raise StopRun(StopReason.MAX_DURATION)
 
     @contextmanager
@@ -180,7 +179,7 @@ class JobSession(Session):
         """The block opens the connection and runs its first statements, which a server that never answers, or a
         pooler's queue, may keep waiting: the deadline and a stop end that wait (StopRun)."""
         connection = connections[self.using]
-        with self._flying(Flight(connection, writes=True, after_stop=False)) as flight:
+        with self._flying(Flight(connection, after_stop=False)) as flight:
             try:
                 self.stop.connecting = connection.connection is None
                 if self.stop.connecting and self.stop.requested:
@@ -195,8 +194,8 @@ class JobSession(Session):
 
     @contextmanager
     def transaction(self, *, writes: bool = False) -> Iterator:
-        """A transaction under the run's timeouts, interrupted on a stop request (and, if it `writes`, at the
-        deadline): StopRun, after a rollback. A writing transaction sends no statement once a stop is requested."""
+        """A transaction under the run's timeouts, interrupted on a stop request or at the deadline: StopRun, after
+        a rollback. A writing transaction sends no statement once a stop is requested."""
         if writes:
             self.check()
         connection = connections[self.using]
@@ -216,7 +215,7 @@ class JobSession(Session):
             return execute(sql, params, many, context)
 
         session.add_notice_handler(notice)
-        flight = Flight(connection, writes=writes, after_stop=not writes and self.stop.requested)
+        flight = Flight(connection, after_stop=self.must_stop() is not None)
         try:
             with self._flying(flight), connection.execute_wrapper(stop_before) if writes else nullcontext():
                 try:
@@ -224,14 +223,12 @@ class JobSession(Session):
                         self._bound(cursor, session)
                         yield cursor
                 except DatabaseError as error:
-                    self._timeouts = None  # rolled back: a SET in the transaction is undone
+                    self._timed = None  # rolled back: a SET in the transaction is undone
                     if flight.reason:
                         raise StopRun(flight.reason) from error
-                    if sqlstate(error) == QUERY_CANCELED and self.left() <= timedelta(0):
-                        raise StopRun(StopReason.MAX_DURATION) from error
                     raise
                 except BaseException:
-                    self._timeouts = None
+                    self._timed = None
                     raise
         finally:
             session.remove_notice_handler(notice)
@@ -241,27 +238,25 @@ class JobSession(Session):
             self.log.warning(SYNC_WAIT_CANCELLED_MESSAGE)
 
     def _bound(self, cursor, session) -> None:
-        """The timeouts (ms): settings of the session, set with its application name by its first transaction;
-        a later transaction sets them for itself (SET LOCAL) only once the time left is below them."""
-        statement_timeout = milliseconds(max(MIN_STATEMENT_TIMEOUT, min(self.limits.statement_timeout, self.left())))
-        lock_timeout = min(milliseconds(self.limits.lock_timeout), statement_timeout)
-        params = {"statement_timeout": f"{statement_timeout}ms", "lock_timeout": f"{lock_timeout}ms",
-                  "application_name": f"purge_delisted {self.run_id}"}
-        if self._timeouts is None or self._timeouts[0] is not session:
-            cursor.execute(SET_SESSION_TIMEOUTS, params)
-            self._timeouts = (session, statement_timeout, lock_timeout)
-        elif (statement_timeout, lock_timeout) < self._timeouts[1:]:
-            cursor.execute(SET_TRANSACTION_TIMEOUTS, params)
+        """The timeouts: settings of the session, set with its application name by its first transaction, so that a
+        batch pays no statement for them."""
+        if self._timed is not session:
+            cursor.execute(SET_TIMEOUTS, {
+                "statement_timeout": f"{milliseconds(self.limits.statement_timeout)}ms",
+                "lock_timeout": f"{milliseconds(self.limits.lock_timeout)}ms",
+                "application_name": f"purge_delisted {self.run_id}",
+            })
+            self._timed = session
 
     def _reset_timeouts(self) -> None:
-        if self._timeouts is None or self.connection() is not self._timeouts[0]:
+        if self._timed is None or self.connection() is not self._timed:
             return  # nothing set, or set on a session that is gone
         try:
             with connections[self.using].cursor() as cursor:
                 cursor.execute(RESET_TIMEOUTS)
         except DatabaseError as error:
             logger.warning("could not reset the session's timeouts: %s", error)
-        self._timeouts = None
+        self._timed = None
 
     @contextmanager
     def _flying(self, flight: Flight) -> Iterator[Flight]:
@@ -283,14 +278,10 @@ class JobSession(Session):
 
     def _interrupt_if_due(self, flight: Flight) -> None:
         if flight.reason is None:
-            if self.stop.requested and (
-                not flight.after_stop or time.monotonic() - self.stop.requested_at >= STOP_GRACE
-            ):
-                flight.reason = StopReason.STOPPED
-            elif flight.writes and self.left() <= timedelta(0):
-                flight.reason = StopReason.MAX_DURATION
-            else:
+            stop = self.must_stop()
+            if stop is None or (flight.after_stop and time.monotonic() - stop[1] < STOP_GRACE):
                 return
+            flight.reason = stop[0]
             flight.interrupted = time.monotonic()
         database_connection = flight.connection.connection
         if database_connection is None or flight.cut:

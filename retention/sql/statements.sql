@@ -3,9 +3,6 @@ SELECT set_config('statement_timeout', %(statement_timeout)s, false),
        set_config('lock_timeout', %(lock_timeout)s, false),
        set_config('application_name', %(application_name)s, false);
 
--- session: a transaction's shorter timeouts
-SELECT set_config('statement_timeout', %(statement_timeout)s, true), set_config('lock_timeout', %(lock_timeout)s, true);
-
 -- session: its timeouts reset
 SELECT set_config(name, reset_val, false) FROM pg_settings WHERE name IN ('statement_timeout', 'lock_timeout');
 

@@ -1,15 +1,17 @@
 """Waits of the job that a SIGTERM must end within STOP_SECONDS (tests/reliability/support.py), besides those other
 tests cover: the connection to a database server that never answers, the count at the end of a run that a
-migration's table lock holds up after the signal, and the metrics export to a Pushgateway that never answers. Each
-is seen from outside: the process, its exit status and its `--json` result.
+migration's table lock holds up after the signal, and the metrics export to a Pushgateway that never answers; and
+the run's deadline ending a count that such a lock holds up. Each is seen from outside: the process, its exit status and its `--json` result.
 
 Covered elsewhere: the start count and the dry run's preview behind a lock, the pause between batches
 (test_stop_cancels.py), a COMMIT waiting for a gone synchronous standby (test_synchronous_commit.py), the wait for a
 lagging standby (test_replica_lag.py), a statement waiting for a saturated pool's server (test_pooler_detection.py),
 a culprit isolation (test_stop_isolation.py)."""
 
+import json
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -18,7 +20,8 @@ import pytest
 
 from tests.factories import PropertyObjectCardFactory
 from tests.reliability.support import (
-    HELD_TITLE, WAIT_SECONDS, held_batch, query, start_purge, stopped_within_bound, wait_for,
+    HELD_TITLE, STOP_SECONDS, WAIT_SECONDS, held_batch, query, run_purge, start_purge, stopped_within_bound,
+    wait_for,
 )
 from tests.support import database_url_of_tests
 
@@ -101,3 +104,20 @@ def test_sigterm_while_the_metrics_export_waits_for_a_pushgateway_that_never_ans
 
     assert job.returncode == 0, stderr
     assert result["stop_reason"] == "stopped"
+
+
+def test_the_deadline_ends_a_count_waiting_for_a_migration_lock_as_a_run_stopped_by_its_time():
+    """The run's deadline reaches a read the way a stop request does: a start count queued behind a migration's table
+    lock (with a lock timeout longer than the run) ends when the run's time is up, not at the lock timeout."""
+    PropertyObjectCardFactory(long_delisted=True)
+    with psycopg.connect(database_url_of_tests()) as migration:
+        migration.execute("LOCK TABLE catalog.property_object_cards IN ACCESS EXCLUSIVE MODE")
+        started = time.monotonic()
+        job = run_purge("--json", "--max-duration-seconds", "2", **LONG_LOCK_TIMEOUT)
+        took = time.monotonic() - started
+        migration.rollback()
+
+    assert job.returncode == 0, job.stderr
+    result = json.loads(job.stdout)
+    assert (result["stop_reason"], result["batches_processed"]) == ("max_duration", 0)
+    assert took < 2 + STOP_SECONDS, took

@@ -13,8 +13,7 @@ PINNED = Path(backlog.__file__).parent / "sql" / "statements.sql"
 
 def statements() -> dict[str, str]:
     rendered = {
-        "session: its timeouts": session.SET_SESSION_TIMEOUTS,
-        "session: a transaction's shorter timeouts": session.SET_TRANSACTION_TIMEOUTS,
+        "session: its timeouts": session.SET_TIMEOUTS,
         "session: its timeouts reset": session.RESET_TIMEOUTS,
         "pooler probe": locks.BACKEND_PID,
         "advisory lock": locks.TAKE_LOCK,
