@@ -44,10 +44,6 @@ IDS_PER_LOG_LINE = 150  # ~6 KB of uuids: every log line stays under 8 KiB
 CULPRITS_LISTED = 20  # culprits logged one by one and carried in the result; the rest are only counted
 # More culprits than this in one run is no longer a few poison cards but a systemic refusal: the run stops.
 MAX_CULPRITS = 5000
-CULPRITS = ("{count} card(s) cannot be deleted and were left in place; the first {listed} are logged with their id"
-            " and error")
-REFUSED_BATCHES = "every card of {batches} consecutive batches was refused ({count} culprits): {error}; run stopped"
-TOO_MANY_CULPRITS = "more than {cap} cards cannot be deleted ({count} culprits): {error}; run stopped"
 SCHEMA_MISSING = "the catalog schema is missing in database {alias!r}: run `manage.py migrate`"
 DATABASE_UNREACHABLE = "database {alias!r} is unreachable: {error}"
 # What ends a run as failed with a one-line error; StopRun ends it with a reason.
@@ -129,14 +125,15 @@ def run_result(session: JobSession, run: Run, stop_reason: StopReason, *, error:
     """The run's result: the one place its outcome is decided. It fails on an infrastructure `error`, on culprits,
     and on a commit its synchronous standby never confirmed once the run's time ran out (cron must hear of a standby
     gone); results.PurgeResult.outcome reads the rest off the stop reason and has_more."""
-    if error is None and run.culprits:
-        error = run.systemic_failure or CULPRITS.format(count=len(run.culprits),
-                                                        listed=min(len(run.culprits), CULPRITS_LISTED))
+    culprits = len(run.culprits)
+    if error is None and culprits:
+        error = run.systemic_failure or (f"{culprits} card(s) cannot be deleted and were left in place; the first "
+                                         f"{min(culprits, CULPRITS_LISTED)} are logged with their id and error")
     elif error is None and session.unconfirmed_commit and stop_reason is StopReason.MAX_DURATION:
         stop_reason, error = StopReason.FAILED, SYNC_WAIT_CANCELLED_MESSAGE
     return PurgeResult(
         run_id=session.run_id, cutoff=run.cutoff, stop_reason=stop_reason,
-        culprits=tuple(run.culprits[:CULPRITS_LISTED]), culprit_count=len(run.culprits),
+        culprits=tuple(run.culprits[:CULPRITS_LISTED]), culprit_count=culprits,
         replica_lag_wait_seconds=round(run.replica_lag_wait, 3), error=error, dry_run=dry_run,
         duration_seconds=round(time.monotonic() - session.started, 3), trace_id=current_trace_id(),
         **{"batches_processed": run.batches, **run.counts, **fields},  # a dry run's fields are its own
@@ -244,7 +241,7 @@ def run_phases(session: JobSession, run: Run, on_batch: Callable[[int], None]) -
                 if only_ids == []:
                     break  # the scan found no candidate left
                 started = time.monotonic()
-                with traced("batch", {"retention.phase": phase.name, "retention.batch_index": run.batches}) as span:
+                with traced("batch", {"retention.phase": phase.name}) as span:
                     outcome = traced_batch(session, run, phase, span, resume_after, only_ids)
                 # After a redone batch (culprits) the next resumes as it did: its culprits are skipped, the rest is
                 # gone.
@@ -264,6 +261,7 @@ def traced_batch(
 ) -> BatchOutcome:
     """One batch, redone to isolate its culprits when refused for a data reason, its counts on its span: a refusal
     is the span's error. A selection that found nothing ends the phase and is not a batch the result counts."""
+    span.set_attribute("retention.batch_index", run.batches)
     try:
         outcome = delete_batch(session, run, phase, after, only_ids)
     except BatchRefused as refusal:
@@ -455,14 +453,16 @@ def stop_if_systemic(
     """Stop the run, failed, with a one-line reason when the refusals are no longer a few poison cards: every card of
     two consecutive batches refused, or more culprits than MAX_CULPRITS."""
     run.refused_batches = run.refused_batches + 1 if outcome.deleted_cards == 0 else 0
+    culprits = len(run.culprits)
     if run.refused_batches >= 2:
-        reason = REFUSED_BATCHES.format(batches=run.refused_batches, count=len(run.culprits), error=first_line(error))
-    elif len(run.culprits) > MAX_CULPRITS:
-        reason = TOO_MANY_CULPRITS.format(cap=MAX_CULPRITS, count=len(run.culprits), error=first_line(error))
+        reason = f"every card of {run.refused_batches} consecutive batches was refused ({culprits} culprits)"
+    elif culprits > MAX_CULPRITS:
+        reason = f"more than {MAX_CULPRITS} cards cannot be deleted ({culprits} culprits)"
     else:
         return
+    reason += f": {first_line(error)}; run stopped"
     run.systemic_failure = reason
-    session.log.error(reason, extra={"phase": phase.name, "culprits": len(run.culprits)})
+    session.log.error(reason, extra={"phase": phase.name, "culprits": culprits})
     raise StopRun(StopReason.FAILED)
 
 
