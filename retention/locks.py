@@ -33,23 +33,12 @@ SESSION_CHANGED = (
     "the job's database session (alias {alias!r}) changed between statements, so it no longer holds the advisory "
     "lock: the run stops (docs/poolers.md)"
 )
-HELD_BY_THIS_SESSION = (
-    "the job's own database session (alias {alias!r}) already holds the advisory lock: a run is in progress on "
-    "this connection; let it finish"
-)
 POOL_SATURATED = (
     "the connection pooler in front of the job's database (alias {alias!r}) gave it no server session within the "
     "run's time: point DELISTED_RETENTION_DATABASE_URL at PostgreSQL directly (docs/poolers.md)"
 )
-# Mark the session with the run id, and try the lock; whether this very session held it already is looked at first.
-TAKE_LOCK = """
-WITH held AS MATERIALIZED (
-    SELECT EXISTS (SELECT FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid() AND granted
-                      AND classid = %(classid)s AND objid = %(objid)s AND objsubid = 1) AS already
-)
-SELECT pg_backend_pid(), set_config(%(marker_name)s, %(marker)s, false), already, pg_try_advisory_lock(%(key)s)
-  FROM held
-"""
+# Mark the session with the run id, and try the lock.
+TAKE_LOCK = "SELECT pg_backend_pid(), set_config(%(marker_name)s, %(marker)s, false), pg_try_advisory_lock(%(key)s)"
 UNLOCK = "SELECT pg_advisory_unlock(%(key)s)"
 LOCK_GONE = "advisory lock went with its session, which is gone"
 BACKEND_PID = "SELECT pg_backend_pid()"  # the server session's, through a pooler too
@@ -69,11 +58,6 @@ def advisory_lock_key(name: str) -> int:
     return int.from_bytes(digest[:8], byteorder="big", signed=True)
 
 
-def key_parts(key: int) -> dict[str, int]:
-    """How pg_locks shows a bigint advisory key: its high and low 32 bits."""
-    return {"classid": (key >> 32) & 0xFFFFFFFF, "objid": key & 0xFFFFFFFF}
-
-
 @contextmanager
 def advisory_lock(session: JobSession, name: str, *, marker: str | None = None) -> Iterator[bool]:
     """Try to take the lock on the session without waiting; yield whether it was taken, and release it on the way
@@ -82,11 +66,8 @@ def advisory_lock(session: JobSession, name: str, *, marker: str | None = None) 
     marker = marker or str(uuid.uuid4())
     refuse_a_pooler(session)
     with session.transaction() as cursor:
-        cursor.execute(TAKE_LOCK, {"marker_name": SESSION_MARKER, "marker": marker, "key": key, **key_parts(key)})
-        backend_pid, _, already_held, acquired = cursor.fetchone()
-    if already_held:  # this very connection holds it: a run in progress in this process (taking it again nests)
-        release(session, name, key)
-        raise PooledSessionError(HELD_BY_THIS_SESSION.format(alias=session.using))
+        cursor.execute(TAKE_LOCK, {"marker_name": SESSION_MARKER, "marker": marker, "key": key})
+        backend_pid, _, acquired = cursor.fetchone()
     holding = session.connection()
     session.holder = (backend_pid, marker) if acquired else None
     try:

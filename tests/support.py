@@ -18,7 +18,6 @@ from django.db import connection, connections, transaction
 from prometheus_client.parser import text_string_to_metric_families
 
 from retention.limits import PurgeLimits
-from retention.locks import key_parts
 from retention.service import purge_delisted_cards
 from retention.session import JobSession, StopRequest
 
@@ -67,13 +66,13 @@ def database_url_of_tests(*, user: str | None = None, alias: str = "default") ->
 
 
 def advisory_lock_holders(key: int) -> list[int]:
-    """Backends of the test database holding a session advisory lock on a bigint key. Other databases' tests may
-    hold the same key."""
+    """Backends of the test database holding a session advisory lock on a bigint key (pg_locks shows its high and
+    low 32 bits). Other databases' tests may hold the same key."""
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND classid = %(classid)s AND objid = %(objid)s"
             " AND objsubid = 1 AND granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
-            key_parts(key),
+            {"classid": (key >> 32) & 0xFFFFFFFF, "objid": key & 0xFFFFFFFF},
         )
         return [pid for (pid,) in cursor.fetchall()]
 

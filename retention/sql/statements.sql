@@ -10,12 +10,7 @@ SELECT set_config(name, reset_val, false) FROM pg_settings WHERE name IN ('state
 SELECT pg_backend_pid();
 
 -- advisory lock
-WITH held AS MATERIALIZED (
-    SELECT EXISTS (SELECT FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid() AND granted
-                      AND classid = %(classid)s AND objid = %(objid)s AND objsubid = 1) AS already
-)
-SELECT pg_backend_pid(), set_config(%(marker_name)s, %(marker)s, false), already, pg_try_advisory_lock(%(key)s)
-  FROM held;
+SELECT pg_backend_pid(), set_config(%(marker_name)s, %(marker)s, false), pg_try_advisory_lock(%(key)s);
 
 -- advisory unlock
 SELECT pg_advisory_unlock(%(key)s);

@@ -52,22 +52,6 @@ def test_an_unlock_that_finds_no_lock_is_logged_as_an_error(caplog):
     assert any(r.levelname == "ERROR" and "not held" in r.getMessage() for r in caplog.records)
 
 
-def test_a_session_that_already_holds_the_lock_is_refused_and_keeps_only_its_own_hold():
-    """Without a pooler only this connection can already hold it (a run in progress in this process)."""
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_advisory_lock(%s)", [JOB_LOCK_KEY])
-    try:
-        with pytest.raises(PooledSessionError, match="already holds the advisory lock"), \
-                advisory_lock(job_session(), LOCK_NAME):
-            pass
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_unlock(%s), pg_advisory_unlock(%s)", [JOB_LOCK_KEY, JOB_LOCK_KEY])
-            assert cursor.fetchone() == (True, False)  # held once: the refused attempt took nothing
-    finally:
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_unlock_all()")
-
-
 def test_a_statement_on_another_session_than_the_holder_is_refused():
     session = job_session()
     session.holder = (1234, "run-a")
