@@ -1,14 +1,6 @@
 """What is waiting for the retention job: Delisted cards per kind, how many are past the cutoff, the oldest, and the
-overdue projects held back by a remaining property-object card.
-
-Read-only and cheap whatever the table sizes: aggregates over the partial indexes `(updated_at, id) WHERE status =
-'Delisted'`, in chunks. A run counts it twice, at its start and, the overdue cards only, at
-its end, and shares each count between its result, its metrics and the progress bar; the web `/metrics` collector
-and the admin page use it too.
-
-The admin page previews the next run from these counts (retention.preview) instead of running the job's dry run
-on every load. Its chart adds what becomes deletable on each of the next days (count_becoming_deletable), one more
-statement.
+overdue projects held back by a remaining property-object card. Read-only, index-only passes over the partial
+indexes, in chunks in a run; how and why: docs/how-it-works.md, "The backlog counts".
 """
 
 from dataclasses import dataclass, field, replace
@@ -17,21 +9,15 @@ from datetime import date, datetime, timedelta
 from retention.phases import HELD_BACK
 from retention.session import Session
 
-# The backlog is counted in chunks, each one statement (and, in a run, one transaction) that reads about
-# COUNT_CHUNK entries of a kind's partial index `(updated_at, id) WHERE status = 'Delisted'`, from where the last
-# chunk ended, or probes the objects of at most HELD_BACK_CHUNK overdue projects: no statement of a count lasts
-# long whatever the backlog (one statement over 500k entries took 0.2 s at 2M cards, docs/benchmark-findings.md).
+# A run's count: statements of about COUNT_CHUNK index entries, or HELD_BACK_CHUNK overdue projects probed, each its
+# own transaction, so that none lasts long whatever the backlog.
 COUNT_CHUNK = 50_000
 HELD_BACK_CHUNK = 2_000
 CUTOFF = "SELECT coalesce(%(now)s, now()) - %(retention)s"
 KINDS = {"property_object_cards": "property_objects", "project_cards": "projects"}  # table: Backlog field
 # A count's statement: its entries (`entries`, after `after` up to `until`), the second count among them (overdue or
-# held back), the first and the last moment. A chunk (`ENTRIES_OF` with `A_CHUNK`) is the first `chunk` entries after
-# the last chunk's end, and every card sharing the moment of its last one (WITH TIES: a cascade's cards never
-# straddle two chunks). One index-only pass either way; a count of everything in one statement (the admin page's)
-# goes without the limit and its ties, which cost it time (docs/benchmark-findings.md). An end count passes as
-# `until` the ends of the start count's chunks: the entries of the cards a run deleted are still in the index, and a
-# chunk of "the next 50,000 entries still there" would read all of them in one statement.
+# held back), the first and the last moment. With `A_CHUNK`, the first `chunk` entries and every card sharing the
+# moment of the last one (a cascade's cards never straddle two chunks).
 ENTRIES_OF = """
 SELECT count(*), count(*) FILTER (WHERE {second}), min(updated_at), max(updated_at)
   FROM (SELECT id, updated_at FROM catalog.{cards}
@@ -59,10 +45,8 @@ def held_back_statement(*, in_chunks: bool) -> str:
     )
 
 
-# The Delisted cards that become deletable on each of the next `days` days (in the session's time zone: Django's
-# TIME_ZONE), from now on: their updated_at + retention falls in that day and after the cutoff. One index-only range
-# count per day and kind on the partial indexes, not a GROUP BY of the same entries by a day computed per row
-# (docs/benchmark-findings.md).
+# The Delisted cards that become deletable on each of the next `days` days (in the session's time zone), from now on:
+# their updated_at + retention falls in that day and after the cutoff. A range count per day and kind.
 COUNT_BECOMING_DELETABLE = """
 SELECT day::date,
        (SELECT count(*) FROM catalog.property_object_cards
@@ -126,16 +110,12 @@ def measure_backlog(
     session: Session, *, cutoff: datetime, count_held_back: bool = True, within_window_from: Backlog | None = None,
     in_chunks: bool = False,
 ) -> Backlog:
-    """The backlog: one statement per kind and one for the held-back projects, or, `in_chunks` (a run: no
-    transaction of the job lasts long), chunks of COUNT_CHUNK entries and HELD_BACK_CHUNK projects, each its own
-    transaction on `session`. Without `count_held_back` the count skips the
-    probe of each overdue project's objects, and `projects.held_back` is None.
+    """The backlog: one statement per kind and one for the held-back projects, or, `in_chunks` (a run), chunks of
+    COUNT_CHUNK entries and HELD_BACK_CHUNK projects. Without `count_held_back`, `projects.held_back` is None.
 
     `within_window_from` is a count at the same cutoff made earlier (a run's start count, for its end count): the
-    cards Delisted within the retention window are taken from it and only the overdue ones are counted again. A run
-    deletes none of the former, and recounting them is the end count's main cost: their index entries sit on heap
-    pages the run's deletes just took out of the visibility map. Cards delisted or restored within the window
-    meanwhile show in the next count. The measurements behind both: docs/benchmark-findings.md."""
+    cards Delisted within the retention window are taken from it, and the overdue ones are counted again in chunks
+    that end where its chunks ended (docs/how-it-works.md, "The backlog counts")."""
     if within_window_from is not None and within_window_from.cutoff != cutoff:
         raise ValueError("within_window_from was counted at another cutoff")
     params = {"cutoff": cutoff, "count_within_window": within_window_from is None}
