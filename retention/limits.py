@@ -40,8 +40,9 @@ class Limit:
     def is_duration(self) -> bool:
         return self.unit in ("days", "seconds", "milliseconds")
 
-    def in_unit(self, value) -> float:
-        return value / timedelta(**{self.unit: 1}) if self.is_duration else value
+    def typed(self, value: float) -> timedelta | float:
+        """A value in this limit's unit as PurgeLimits holds it."""
+        return timedelta(**{self.unit: value}) if self.is_duration else value
 
     def problem(self, value: float) -> str | None:
         """What is wrong with a value in this limit's unit, or None."""
@@ -54,6 +55,14 @@ class Limit:
             else f"between {number(self.minimum)} and {number(self.maximum)}"
         )
         return f"{self.description} must be {accepted}{unit}, got {number(value)}{unit}"
+
+    def problem_of_field(self, value: object) -> str | None:
+        """What is wrong with a value of PurgeLimits' field, or None: a hand-built one can be of any type."""
+        expected = timedelta if self.is_duration else (int, float) if self.unit == "factor" else int
+        if isinstance(value, bool) or not isinstance(value, expected):
+            example = f"timedelta({self.unit}=…)" if self.is_duration else "a number"
+            return f"{self.field} must be {example}, got {type(value).__name__} {value!r}"
+        return self.problem(value / timedelta(**{self.unit: 1}) if self.is_duration else value)
 
 
 def number(value: float) -> str:
@@ -100,7 +109,8 @@ LIMITS = (
         None, MAX_TIMEOUT_MS,
     ),
     Limit(
-        "lock_timeout", "lock timeout", None, "DELISTED_RETENTION_LOCK_TIMEOUT_MS", "milliseconds", None, MAX_TIMEOUT_MS,
+        "lock_timeout", "lock timeout", None, "DELISTED_RETENTION_LOCK_TIMEOUT_MS", "milliseconds", None,
+        MAX_TIMEOUT_MS,
     ),
 )
 LIMIT_OF_FIELD = {limit.field: limit for limit in LIMITS}
@@ -113,6 +123,12 @@ class PurgeLimitsError(ValueError):
     def __init__(self, problems: list[tuple[Limit, str]]):
         self.problems = problems
         super().__init__("; ".join(f"{limit.source}: {message}" for limit, message in problems))
+
+    @classmethod
+    def raise_any(cls, problems: list[tuple[Limit, str | None]]) -> None:
+        """Raises for every limit with a problem at once."""
+        if found := [(limit, message) for limit, message in problems if message]:
+            raise cls(found)
 
 
 @dataclass(frozen=True)
@@ -130,37 +146,17 @@ class PurgeLimits:
     lock_timeout: timedelta
 
     def __post_init__(self):
-        problems = []
-        for limit in LIMITS:
-            value = getattr(self, limit.field)
-            expected = timedelta if limit.is_duration else (int, float) if limit.unit == "factor" else int
-            if isinstance(value, bool) or not isinstance(value, expected):
-                example = f"timedelta({limit.unit}=…)" if limit.is_duration else "a number"
-                problems.append((limit, f"{limit.field} must be {example}, got {type(value).__name__} {value!r}"))
-            elif message := limit.problem(limit.in_unit(value)):
-                problems.append((limit, message))
-        if problems:
-            raise PurgeLimitsError(problems)
+        PurgeLimitsError.raise_any([(limit, limit.problem_of_field(getattr(self, limit.field))) for limit in LIMITS])
 
     @classmethod
     def from_settings(cls, options: Mapping[str, float | None] | None = None) -> "PurgeLimits":
         """The limits of tonight's run: each option given (in its unit, keyed by field; None: not given) over its
         setting. Every bad value is reported at once."""
-        options = options or {}
-        raw = {}
-        problems = []
-        for limit in LIMITS:
-            given = options.get(limit.field)
-            value = given if given is not None else getattr(settings, limit.setting)
-            if message := limit.problem(value):
-                problems.append((limit, message))
-            raw[limit.field] = value
-        if problems:
-            raise PurgeLimitsError(problems)
-        return cls(**{
-            field: timedelta(**{LIMIT_OF_FIELD[field].unit: value}) if LIMIT_OF_FIELD[field].is_duration else value
-            for field, value in raw.items()
-        })
+        given = {field: value for field, value in (options or {}).items() if value is not None}
+        values = {limit: given.get(limit.field, getattr(settings, limit.setting)) for limit in LIMITS}
+        # Checked in their unit before they become timedeltas: a huge one would overflow timedelta.
+        PurgeLimitsError.raise_any([(limit, limit.problem(value)) for limit, value in values.items()])
+        return cls(**{limit.field: limit.typed(value) for limit, value in values.items()})
 
     def replace(self, **changes) -> "PurgeLimits":
         return dataclasses.replace(self, **changes)

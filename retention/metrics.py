@@ -1,20 +1,16 @@
-"""Prometheus metrics of the retention job (`purge_delisted`) and the live backlog on the web app's `/metrics`.
+"""Prometheus metrics of the retention job (`purge_delisted`) and the live backlog on the web app's `/metrics`;
+docs/operations.md lists them and their sinks.
 
 A cron process lives seconds, so a run hands its metrics over itself, as Prometheus advises for batch jobs: gauges
-of the last run (when it ended, its outcome, duration, counts, run and trace ids) and of the last success, no
-cumulative counters. So no export reads back what a sink holds, and no two runs can race over a sum. Alerts read
-`time() - ..._last_success_timestamp_seconds` and averages over time of the last run's gauges (deploy/prometheus).
+of the last run and of the last success, no cumulative counters. So no export reads back what a sink holds, and no
+two runs can race over a sum. Alerts read `time() - ..._last_success_timestamp_seconds` and averages over time of
+the last run's gauges (deploy/prometheus).
 
 The metrics come in groups, each written whole when it changes: the backlog (at a run's start and end), the last
-run, the last success (successful runs only) and the last skip on a busy lock. Either or both standard sinks, each
-switched on by a setting: a Pushgateway (PROMETHEUS_PUSHGATEWAY_URL; `pushadd` replaces only the metrics pushed,
-so a failed run leaves the last success in place) and node-exporter's textfile collector
-(DELISTED_RETENTION_METRICS_TEXTFILE holds the last run, one sibling file each the other groups; every file is
-replaced atomically). A metrics failure is a logged warning; it never fails the purge, and a run's whole export is
-bounded by EXPORT_TIMEOUT_SECONDS.
-
-The web app reports the backlog live through BacklogCollector (registered by the app config), cached so that
-scrapes cannot hammer the database.
+run, the last success and the last skip on a busy lock. Each sink is switched on by a setting: a Pushgateway
+(`pushadd` replaces only the metrics pushed, so a failed run leaves the last success in place) and node-exporter's
+textfile collector (a file per group, each replaced atomically). A metrics failure is a logged warning; it never
+fails the purge.
 """
 
 import logging
@@ -27,7 +23,7 @@ from datetime import timedelta
 from pathlib import Path
 
 from django.conf import settings
-from prometheus_client import CollectorRegistry, pushadd_to_gateway, write_to_textfile
+from prometheus_client import pushadd_to_gateway, write_to_textfile
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
@@ -75,7 +71,6 @@ HELP = {
 
 # A run that took the lock ends with one of these; a skip on a busy lock is not a run of its own here.
 RUN_OUTCOMES = (Outcome.COMPLETED, Outcome.HAS_MORE, Outcome.STOPPED, Outcome.FAILED)
-KINDS = ("property_object", "project")
 # The textfile of each group: the configured path for the last run, a sibling for each other group.
 GROUP_FILES = {"last_run": "", "backlog": "_backlog", "last_success": "_last_success", "lock_busy": "_lock_busy"}
 # One bound for a run's whole export, all sinks together: a gateway that accepts and never answers costs no more.
@@ -83,59 +78,32 @@ EXPORT_TIMEOUT_SECONDS = 2  # a sink that does not answer must not hold a stoppe
 BACKLOG_CACHE_SECONDS = 30
 
 
-def gauge(name: str, value: float, **labels: str) -> GaugeMetricFamily:
-    family = GaugeMetricFamily(name, HELP[name], labels=list(labels))
-    family.add_metric(list(labels.values()), value)
+def gauge(name: str, samples: float | dict[tuple[str, ...], float], *labels: str) -> GaugeMetricFamily:
+    """A gauge family: one sample, or samples keyed by the values of `labels`."""
+    if not isinstance(samples, dict):
+        return GaugeMetricFamily(name, HELP[name], value=samples)
+    family = GaugeMetricFamily(name, HELP[name], labels=labels)
+    for values, value in samples.items():
+        family.add_metric(values, value)
     return family
 
 
-def backlog_values(backlog: Backlog) -> dict[tuple[str, str], float]:
-    return {
-        ("property_object", "delisted"): backlog.property_objects.delisted,
-        ("property_object", "overdue"): backlog.property_objects.overdue,
-        ("project", "delisted"): backlog.projects.delisted,
-        ("project", "overdue"): backlog.projects.overdue,
-    }
-
-
-def backlog_family(values: dict[tuple[str, str], float]) -> GaugeMetricFamily:
-    family = GaugeMetricFamily(BACKLOG, HELP[BACKLOG], labels=["kind", "scope"])
-    for (kind, scope), value in values.items():
-        family.add_metric([kind, scope], value)
-    return family
-
-
-def oldest_overdue_age_values(backlog: Backlog) -> dict[str, float]:
-    return {
-        "property_object": backlog.property_objects.overdue_age(backlog.cutoff).total_seconds(),
-        "project": backlog.projects.overdue_age(backlog.cutoff).total_seconds(),
-    }
-
-
-def oldest_overdue_age_family(values: dict[str, float]) -> GaugeMetricFamily:
-    family = GaugeMetricFamily(OLDEST_OVERDUE_AGE, HELP[OLDEST_OVERDUE_AGE], labels=["kind"])
-    for kind, value in values.items():
-        family.add_metric([kind], value)
-    return family
-
-
-def backlog_group(backlog: Backlog) -> list[Metric]:
-    return [backlog_family(backlog_values(backlog)), oldest_overdue_age_family(oldest_overdue_age_values(backlog))]
+def backlog_group(backlog: Backlog | None) -> list[Metric]:
+    """Without a backlog, the families without samples (what the web collector announces)."""
+    kinds = {"property_object": backlog.property_objects, "project": backlog.projects} if backlog else {}
+    cards = {(kind, scope): getattr(count, scope) for kind, count in kinds.items() for scope in ("delisted", "overdue")}
+    ages = {(kind,): count.overdue_age(backlog.cutoff).total_seconds() for kind, count in kinds.items()}
+    return [gauge(BACKLOG, cards, "kind", "scope"), gauge(OLDEST_OVERDUE_AGE, ages, "kind")]
 
 
 def last_run_group(result: PurgeResult, *, max_duration: timedelta, ended: float) -> list[Metric]:
-    outcome = GaugeMetricFamily(LAST_RUN_OUTCOME, HELP[LAST_RUN_OUTCOME], labels=["outcome"])
-    for name in RUN_OUTCOMES:
-        outcome.add_metric([name], float(result.outcome == name))
-    deleted = GaugeMetricFamily(LAST_RUN_DELETED_CARDS, HELP[LAST_RUN_DELETED_CARDS], labels=["kind"])
-    deleted.add_metric(["property_object"], result.deleted_property_object_cards)
-    deleted.add_metric(["project"], result.deleted_project_cards)
+    deleted = {("property_object",): result.deleted_property_object_cards, ("project",): result.deleted_project_cards}
     return [
         gauge(LAST_RUN, ended),
-        outcome,
-        gauge(LAST_RUN_INFO, 1, run_id=str(result.run_id), trace_id=result.trace_id or ""),
+        gauge(LAST_RUN_OUTCOME, {(name,): float(result.outcome == name) for name in RUN_OUTCOMES}, "outcome"),
+        gauge(LAST_RUN_INFO, {(str(result.run_id), result.trace_id or ""): 1}, "run_id", "trace_id"),
         gauge(LAST_RUN_DURATION, result.duration_seconds),
-        deleted,
+        gauge(LAST_RUN_DELETED_CARDS, deleted, "kind"),
         gauge(LAST_RUN_DELETED_OVERRIDES, result.deleted_overrides),
         gauge(LAST_RUN_BATCHES, result.batches_processed),
         gauge(LAST_RUN_REPLICA_LAG_WAIT, result.replica_lag_wait_seconds),
@@ -143,20 +111,15 @@ def last_run_group(result: PurgeResult, *, max_duration: timedelta, ended: float
     ]
 
 
+@dataclass(frozen=True)
 class Families(Collector):
-    """Metric families in a registry of their own, so nothing of the process (or of other tests) leaks into an
-    exposition."""
+    """Given metric families, what a textfile or a push exports instead of a registry: nothing of the process (or of
+    other tests) leaks into it."""
 
-    def __init__(self, families: list[Metric]):
-        self.families = families
+    families: list[Metric]
 
     def collect(self) -> Iterator[Metric]:
         return iter(self.families)
-
-    def registry(self) -> CollectorRegistry:
-        registry = CollectorRegistry()
-        registry.register(self)
-        return registry
 
 
 @dataclass(frozen=True)
@@ -201,7 +164,7 @@ class Textfile:
 
     def write(self, groups: dict[str, list[Metric]], timeout: float) -> None:
         for group, families in groups.items():
-            write_to_textfile(str(self.path_of(group)), Families(families).registry())  # temp file + rename
+            write_to_textfile(str(self.path_of(group)), Families(families))  # temp file + rename
 
 
 @dataclass(frozen=True)
@@ -223,7 +186,7 @@ class Pushgateway:
     def write(self, groups: dict[str, list[Metric]], timeout: float) -> None:
         families = [family for group in groups.values() for family in group]
         pushadd_to_gateway(
-            self.url, job=JOB, grouping_key={"instance": self.instance}, registry=Families(families).registry(),
+            self.url, job=JOB, grouping_key={"instance": self.instance}, registry=Families(families),
             timeout=timeout,
         )
 
@@ -294,8 +257,9 @@ class RunMetrics:
 
 
 class BacklogCollector(Collector):
-    """`catalog_delisted_backlog` and `catalog_delisted_oldest_overdue_age_seconds` for the web app's /metrics,
-    measured at most once per `max_age_seconds` whatever the scrape rate, at the retention the settings give."""
+    """`catalog_delisted_backlog` and `catalog_delisted_oldest_overdue_age_seconds` for the web app's /metrics
+    (registered by the app config), at the retention the settings give. Measured at most once per `max_age_seconds`
+    whatever the scrape rate, so that scrapes cannot hammer the database."""
 
     def __init__(self, *, max_age_seconds: float = BACKLOG_CACHE_SECONDS, clock: Callable[[], float] = time.monotonic):
         self.max_age_seconds = max_age_seconds
@@ -306,8 +270,7 @@ class BacklogCollector(Collector):
 
     def describe(self) -> Iterator[Metric]:
         # Registering calls describe() instead of collect(): no database query at start-up.
-        yield backlog_family({})
-        yield oldest_overdue_age_family({})
+        return iter(backlog_group(None))
 
     def collect(self) -> Iterator[Metric]:
         with self.lock:
@@ -316,8 +279,7 @@ class BacklogCollector(Collector):
                 self.backlog = self.measure_now()
             backlog = self.backlog
         if backlog is not None:
-            yield backlog_family(backlog_values(backlog))
-            yield oldest_overdue_age_family(oldest_overdue_age_values(backlog))
+            yield from backlog_group(backlog)
 
     def measure_now(self) -> Backlog | None:
         try:

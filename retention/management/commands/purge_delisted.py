@@ -11,7 +11,7 @@ import signal
 import sys
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser, DjangoHelpFormatter
@@ -20,7 +20,7 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 
 from config.numbers import decimal_number, whole_number
 from retention.backlog import Backlog
-from retention.limits import LIMIT_OF_FIELD, LIMITS, PurgeLimits, PurgeLimitsError, number
+from retention.limits import LIMIT_OF_FIELD, LIMITS, Limit, PurgeLimits, PurgeLimitsError, number
 from retention.results import Outcome, PurgeFailed, PurgeResult
 from retention.service import job_database, purge_delisted_cards
 from retention.session import StopRequest
@@ -52,13 +52,12 @@ class HelpFormatter(DjangoHelpFormatter, argparse.RawDescriptionHelpFormatter):
     """Django's option order, and the exit codes' lines kept as written."""
 
 
-def accepted_range(limit) -> str:
+def accepted_range(limit: Limit) -> str:
     """What `--help` says an option accepts: a minimum of 0 means off, one of None greater than 0."""
+    low = 1 if limit.minimum is None else limit.minimum
     unit = f" {limit.unit}" if limit.is_duration else ""
-    if limit.minimum is None:
-        return f"1..{number(limit.maximum)}{unit}"
     off = ", 0 = off" if limit.minimum == 0 else ""
-    return f"{number(limit.minimum)}..{number(limit.maximum)}{unit}{off}"
+    return f"{number(low)}..{number(limit.maximum)}{unit}{off}"
 
 
 class Command(BaseCommand):
@@ -153,7 +152,7 @@ def summary(result: PurgeResult) -> str:
 
 class ProgressBar:
     """For a person at a terminal: a bar over the cards overdue when the run starts (the run's own start count), on
-    stderr, with log lines printed above it."""
+    stderr, with log lines printed above it. Cron, pipes, --json and --dry-run get nothing extra."""
 
     def __init__(self, enabled: bool):
         self.enabled = enabled
@@ -170,12 +169,8 @@ class ProgressBar:
 
 @contextmanager
 def progress_bar(*, enabled: bool) -> Iterator[ProgressBar]:
-    """Cron, pipes, --json and --dry-run get nothing extra."""
     progress = ProgressBar(enabled)
-    if not enabled:
-        yield progress
-        return
-    with logging_redirect_tqdm():
+    with logging_redirect_tqdm() if enabled else nullcontext():
         try:
             yield progress
         finally:
@@ -188,10 +183,9 @@ def stop_on_signals() -> Iterator[StopRequest]:
     """SIGTERM and SIGINT ask for a graceful stop: it cancels the statement in flight, whose batch rolls back whole,
     and ends the run before the next batch. Outside the main thread (tests) no handler can be installed."""
     stop = StopRequest()
-    if threading.current_thread() is not threading.main_thread():
-        yield stop
-        return
-    previous = {sig: signal.signal(sig, lambda *_: stop.request()) for sig in (signal.SIGTERM, signal.SIGINT)}
+    in_main_thread = threading.current_thread() is threading.main_thread()
+    signals = (signal.SIGTERM, signal.SIGINT) if in_main_thread else ()
+    previous = {sig: signal.signal(sig, lambda *_: stop.request()) for sig in signals}
     try:
         yield stop
     finally:
