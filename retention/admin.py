@@ -17,7 +17,7 @@ from django.urls import path
 from catalog.admin import ReadOnlyAdmin
 from retention import metrics
 from retention.backlog import compute_cutoff, count_becoming_deletable, measure_backlog
-from retention.chart import CHART_DAYS, BacklogChart, backlog_chart
+from retention.chart import CHART_DAYS, BacklogChart
 from retention.limits import PurgeLimits, PurgeLimitsError, settings_rows
 from retention.metrics import Reading, configured_sinks
 from retention.models import DelistedRetention
@@ -166,7 +166,7 @@ def chart_of(report: dict, last_run: LastRun | None) -> BacklogChart | None:
     left_by_last_run = None
     if last_run is not None and last_run.overdue_property_objects_left is not None:
         left_by_last_run = (last_run.overdue_property_objects_left, last_run.overdue_projects_left)
-    return backlog_chart(
+    return BacklogChart(
         backlog=report["backlog"], deletable_on=report["deletable_on"], cards_per_night=report["cards_per_run"],
         nights_needed=report["nightly_runs_needed"], last_run_overdue=left_by_last_run,
     )
