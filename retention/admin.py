@@ -64,10 +64,6 @@ class LastRun:
         return f"{self.duration_seconds / 60:.0f} minutes"
 
 
-def moment(timestamp: float | None) -> datetime | None:
-    return None if timestamp is None else datetime.fromtimestamp(timestamp, UTC)
-
-
 def last_run_of(reading: metrics.Reading, source: str) -> LastRun | None:
     ended = reading.value(metrics.LAST_RUN)
     outcome = next(
@@ -79,25 +75,25 @@ def last_run_of(reading: metrics.Reading, source: str) -> LastRun | None:
     def count(name: str, **labels: str) -> int:
         return int(reading.value(name, **labels) or 0)
 
-    overdue_left = None
-    if outcome != Outcome.FAILED:
-        kinds = ("property_object", "project")
-        overdue_left = tuple(count(metrics.BACKLOG, kind=kind, scope="overdue") for kind in kinds)
+    success = reading.value(metrics.LAST_SUCCESS)
     skipped = reading.value(metrics.LAST_LOCK_BUSY) or 0
     info = reading.labels(metrics.LAST_RUN_INFO) or {}
     return LastRun(
         source=source,
         outcome=outcome,
         wording=OUTCOME_WORDING[outcome],
-        ended_at=moment(ended),
+        ended_at=datetime.fromtimestamp(ended, UTC),
         duration_seconds=reading.value(metrics.LAST_RUN_DURATION) or 0.0,
         batches=count(metrics.LAST_RUN_BATCHES),
         deleted_property_object_cards=count(metrics.LAST_RUN_DELETED_CARDS, kind="property_object"),
         deleted_project_cards=count(metrics.LAST_RUN_DELETED_CARDS, kind="project"),
         deleted_overrides=count(metrics.LAST_RUN_DELETED_OVERRIDES),
-        overdue_left=overdue_left,
-        last_success_at=moment(reading.value(metrics.LAST_SUCCESS)),
-        skipped_at=moment(skipped) if skipped > ended else None,
+        overdue_left=None if outcome == Outcome.FAILED else (
+            count(metrics.BACKLOG, kind="property_object", scope="overdue"),
+            count(metrics.BACKLOG, kind="project", scope="overdue"),
+        ),
+        last_success_at=None if success is None else datetime.fromtimestamp(success, UTC),
+        skipped_at=datetime.fromtimestamp(skipped, UTC) if skipped > ended else None,
         run_id=info.get("run_id") or None,
         trace_id=info.get("trace_id") or None,
     )

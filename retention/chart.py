@@ -100,7 +100,7 @@ class Panel:
         )
 
     def bar_svg(self, index: int, bar: Bar) -> SafeString:
-        slot = (self.x2 - self.x1) / max(len(self.bars), 1)
+        slot = (self.x2 - self.x1) / len(self.bars)
         x = round(self.x1 + index * slot + slot * self.gap / 2, 2)
         width = round(slot * (1 - self.gap), 2)
         center, top = x + width / 2, self.y(bar.cards)
