@@ -5,7 +5,6 @@ backlog aggregates, one held-back count and the cards becoming deletable on each
 counted again and the chart drawn (retention.chart). The last run comes from the metrics sink the job writes.
 """
 
-import math
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -127,7 +126,11 @@ def backlog_report(last_run: LastRun | None) -> dict:
     backlog = measure_backlog(session, cutoff=cutoff)
     held_back_after_overdue_objects = held_back_after(session, cutoff=cutoff)
     cards_per_run = limits.batch_size * limits.max_batches
-    nightly_runs_needed = math.ceil(backlog.overdue_cards / cards_per_run)
+    chart = BacklogChart(
+        backlog=backlog,
+        deletable_on=count_becoming_deletable(session, cutoff=cutoff, retention=limits.retention, days=CHART_DAYS),
+        cards_per_night=cards_per_run, last_run_overdue=last_run.overdue_left if last_run else None,
+    )
     return {
         "limit_rows": limit_rows,
         "limits": limits,
@@ -140,17 +143,12 @@ def backlog_report(last_run: LastRun | None) -> dict:
         "held_back_after_overdue_objects": held_back_after_overdue_objects,
         "cards_per_run": cards_per_run,
         "max_run_minutes": limits.max_duration / timedelta(minutes=1),
-        "nightly_runs_needed": nightly_runs_needed,
+        "nightly_runs_needed": chart.nights_needed,
         "preview": preview_run(
             backlog=backlog, held_back_after_overdue_objects=held_back_after_overdue_objects,
             batch_size=limits.batch_size, max_batches=limits.max_batches,
         ),
-        "chart": BacklogChart(
-            backlog=backlog,
-            deletable_on=count_becoming_deletable(session, cutoff=cutoff, retention=limits.retention, days=CHART_DAYS),
-            cards_per_night=cards_per_run, nights_needed=nightly_runs_needed,
-            last_run_overdue=last_run.overdue_left if last_run else None,
-        ),
+        "chart": chart,
     }
 
 

@@ -132,11 +132,11 @@ class BacklogChart:
     metrics sink holds it, None when it holds none."""
 
     def __init__(
-        self, *, backlog: Backlog, deletable_on: list[DeletableOn], cards_per_night: int, nights_needed: int,
+        self, *, backlog: Backlog, deletable_on: list[DeletableOn], cards_per_night: int,
         last_run_overdue: tuple[int, int] | None = None,
     ):
         self.cards_per_night = cards_per_night
-        self.nights_needed = nights_needed
+        self.nights_needed = math.ceil(backlog.overdue_cards / cards_per_night)
         self.overdue_now = Bar("now", "now", backlog.property_objects.overdue, backlog.projects.overdue)
         self.after_last_run = Bar("after-last-run", "after last run", *last_run_overdue) if last_run_overdue else None
         self.arriving = [
@@ -147,7 +147,7 @@ class BacklogChart:
         # What each night's run takes off the overdue cards: a line where each of the nights before the last one ends.
         night_lines = [
             Line(nights * cards_per_night, f"{nights} night{pluralize(nights)}")
-            for nights in range(1, min(nights_needed, MAX_NIGHT_LINES + 1))
+            for nights in range(1, min(self.nights_needed, MAX_NIGHT_LINES + 1))
         ]
         overdue_bars = [bar for bar in (self.after_last_run, self.overdue_now) if bar]
         self.overdue = Panel(

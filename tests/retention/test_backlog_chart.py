@@ -91,7 +91,7 @@ def arrivals(*cards: tuple[int, int]) -> list[DeletableOn]:
 def test_bar_heights_are_the_counts_on_each_panel_scale():
     chart = BacklogChart(
         backlog=backlog(1500, 300), deletable_on=arrivals((40, 0), (0, 0), (150, 50)), cards_per_night=1000,
-        nights_needed=2, last_run_overdue=(900, 100),
+        last_run_overdue=(900, 100),
     )
 
     assert chart.overdue.scale_max == 2000 and chart.days.scale_max == 200
@@ -103,13 +103,14 @@ def test_bar_heights_are_the_counts_on_each_panel_scale():
     assert [chart.days.height(bar.property_objects) + chart.days.height(bar.projects) for bar in chart.arriving] == [
         PLOT_HEIGHT * 0.2, 0, PLOT_HEIGHT,
     ]
+    assert chart.nights_needed == 2  # 1,800 overdue cards at 1,000 a night
     assert [line.label for line in chart.overdue.lines] == ["1 night"]  # the second night takes the rest
     assert chart.days.lines == []  # no day comes near a night's 1,000 cards
     assert (chart.busiest_day.key, chart.arriving_cards) == ("2026-06-03", 240)
 
 
 def test_a_day_above_a_nights_capacity_shows_the_capacity_line():
-    chart = BacklogChart(backlog=backlog(0, 0), deletable_on=arrivals((700, 0)), cards_per_night=500, nights_needed=0)
+    chart = BacklogChart(backlog=backlog(0, 0), deletable_on=arrivals((700, 0)), cards_per_night=500)
 
     assert [line.label for line in chart.days.lines] == ["one night's run"]
     assert chart.after_last_run is None and chart.overdue_now.cards == 0
