@@ -5,21 +5,18 @@ backlog aggregates, one held-back count and the cards becoming deletable on each
 counted again and the chart drawn (retention.chart). The last run comes from the metrics sink the job writes.
 """
 
-import math
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from django.contrib import admin
-from django.core.exceptions import PermissionDenied
 from django.template.response import TemplateResponse
 from django.urls import path
 
 from catalog.admin import ReadOnlyAdmin
 from retention import metrics
 from retention.backlog import compute_cutoff, count_becoming_deletable, measure_backlog
-from retention.chart import CHART_DAYS, BacklogChart, backlog_chart
+from retention.chart import CHART_DAYS, BacklogChart
 from retention.limits import PurgeLimits, PurgeLimitsError, settings_rows
-from retention.metrics import Reading, configured_sinks
 from retention.models import DelistedRetention
 from retention.preview import held_back_after, preview_run
 from retention.results import Outcome
@@ -34,14 +31,13 @@ OUTCOME_WORDING = {
     Outcome.STOPPED: "Stopped before it finished (shut down by the system or an operator)",
     Outcome.FAILED: "Failed: some cards could not be deleted; an operator should look at the job's log",
 }
-# Outcomes of runs that counted what they left overdue.
-OUTCOMES_WITH_A_RESULT = (Outcome.COMPLETED, Outcome.HAS_MORE, Outcome.STOPPED)
 
 
 @dataclass(frozen=True)
 class LastRun:
-    """The last run that took the lock, as a metrics sink holds it. `*_left` are None when that run counted none
-    of its own (a failure); `skipped_at` is a later start skipped because a run held the lock."""
+    """The last run that took the lock, as a metrics sink holds it. `overdue_left` is (property objects, projects),
+    None when that run counted none of its own (a failure); `skipped_at` is a later start skipped because a run
+    held the lock."""
 
     source: str
     outcome: Outcome
@@ -52,8 +48,7 @@ class LastRun:
     deleted_property_object_cards: int
     deleted_project_cards: int
     deleted_overrides: int
-    overdue_property_objects_left: int | None
-    overdue_projects_left: int | None
+    overdue_left: tuple[int, int] | None
     last_success_at: datetime | None
     skipped_at: datetime | None
     run_id: str | None
@@ -68,11 +63,7 @@ class LastRun:
         return f"{self.duration_seconds / 60:.0f} minutes"
 
 
-def moment(timestamp: float | None) -> datetime | None:
-    return None if timestamp is None else datetime.fromtimestamp(timestamp, UTC)
-
-
-def last_run_of(reading: Reading, source: str) -> LastRun | None:
+def last_run_of(reading: metrics.Reading, source: str) -> LastRun | None:
     ended = reading.value(metrics.LAST_RUN)
     outcome = next(
         (name for name in metrics.RUN_OUTCOMES if reading.value(metrics.LAST_RUN_OUTCOME, outcome=name) == 1), None
@@ -83,25 +74,25 @@ def last_run_of(reading: Reading, source: str) -> LastRun | None:
     def count(name: str, **labels: str) -> int:
         return int(reading.value(name, **labels) or 0)
 
-    own_count = outcome in OUTCOMES_WITH_A_RESULT
+    success = reading.value(metrics.LAST_SUCCESS)
+    skipped = reading.value(metrics.LAST_LOCK_BUSY) or 0
     info = reading.labels(metrics.LAST_RUN_INFO) or {}
-    skipped = reading.value(metrics.LAST_LOCK_BUSY)
     return LastRun(
         source=source,
         outcome=outcome,
         wording=OUTCOME_WORDING[outcome],
-        ended_at=moment(ended),
+        ended_at=datetime.fromtimestamp(ended, UTC),
         duration_seconds=reading.value(metrics.LAST_RUN_DURATION) or 0.0,
         batches=count(metrics.LAST_RUN_BATCHES),
         deleted_property_object_cards=count(metrics.LAST_RUN_DELETED_CARDS, kind="property_object"),
         deleted_project_cards=count(metrics.LAST_RUN_DELETED_CARDS, kind="project"),
         deleted_overrides=count(metrics.LAST_RUN_DELETED_OVERRIDES),
-        overdue_property_objects_left=(
-            count(metrics.BACKLOG, kind="property_object", scope="overdue") if own_count else None
+        overdue_left=None if outcome == Outcome.FAILED else (
+            count(metrics.BACKLOG, kind="property_object", scope="overdue"),
+            count(metrics.BACKLOG, kind="project", scope="overdue"),
         ),
-        overdue_projects_left=count(metrics.BACKLOG, kind="project", scope="overdue") if own_count else None,
-        last_success_at=moment(reading.value(metrics.LAST_SUCCESS)),
-        skipped_at=moment(skipped) if skipped is not None and skipped > ended else None,
+        last_success_at=None if success is None else datetime.fromtimestamp(success, UTC),
+        skipped_at=datetime.fromtimestamp(skipped, UTC) if skipped > ended else None,
         run_id=info.get("run_id") or None,
         trace_id=info.get("trace_id") or None,
     )
@@ -109,7 +100,7 @@ def last_run_of(reading: Reading, source: str) -> LastRun | None:
 
 def read_last_run() -> dict:
     """The last run from the first configured sink that recorded one, or why there is none to show."""
-    sinks = configured_sinks()
+    sinks = metrics.configured_sinks()
     problems = []
     for sink in sinks:
         try:
@@ -122,59 +113,49 @@ def read_last_run() -> dict:
     return {"sinks": [str(sink) for sink in sinks], "sink_problems": problems}
 
 
-def days(duration: timedelta) -> float:
-    return duration / timedelta(days=1)
-
-
-def backlog_report(*, using: str = "default") -> dict:
-    """The page's content at the limits the settings give (what the nightly run uses)."""
+def backlog_report(last_run: LastRun | None) -> dict:
+    """The page's content at the limits the settings give (what the nightly run uses), with the overdue cards the
+    last run left in the chart."""
     limit_rows = settings_rows()
     try:
         limits = PurgeLimits.from_settings()
     except PurgeLimitsError as error:
         return {"limit_rows": limit_rows, "settings_error": str(error)}
-    session = Session(using)
+    session = Session()
     cutoff = compute_cutoff(session, limits.retention)
     backlog = measure_backlog(session, cutoff=cutoff)
     held_back_after_overdue_objects = held_back_after(session, cutoff=cutoff)
     cards_per_run = limits.batch_size * limits.max_batches
+    chart = BacklogChart(
+        backlog=backlog,
+        deletable_on=count_becoming_deletable(session, cutoff=cutoff, retention=limits.retention, days=CHART_DAYS),
+        cards_per_night=cards_per_run, last_run_overdue=last_run.overdue_left if last_run else None,
+    )
     return {
         "limit_rows": limit_rows,
         "limits": limits,
         "backlog": backlog,
-        "deletable_on": count_becoming_deletable(session, cutoff=cutoff, retention=limits.retention, days=CHART_DAYS),
         "days_past_due": {
-            "property_objects": days(backlog.property_objects.overdue_age(cutoff)),
-            "projects": days(backlog.projects.overdue_age(cutoff)),
+            "property_objects": backlog.property_objects.overdue_age(cutoff) / timedelta(days=1),
+            "projects": backlog.projects.overdue_age(cutoff) / timedelta(days=1),
         },
         "projects_held_back": backlog.projects.held_back,
         "held_back_after_overdue_objects": held_back_after_overdue_objects,
         "cards_per_run": cards_per_run,
         "max_run_minutes": limits.max_duration / timedelta(minutes=1),
-        "nightly_runs_needed": math.ceil(backlog.overdue_cards / cards_per_run),
+        "nightly_runs_needed": chart.nights_needed,
         "preview": preview_run(
             backlog=backlog, held_back_after_overdue_objects=held_back_after_overdue_objects,
             batch_size=limits.batch_size, max_batches=limits.max_batches,
         ),
+        "chart": chart,
     }
-
-
-def chart_of(report: dict, last_run: LastRun | None) -> BacklogChart | None:
-    """The backlog chart of a backlog_report, with the overdue cards the last run left when the sink holds them."""
-    if "settings_error" in report:
-        return None
-    left_by_last_run = None
-    if last_run is not None and last_run.overdue_property_objects_left is not None:
-        left_by_last_run = (last_run.overdue_property_objects_left, last_run.overdue_projects_left)
-    return backlog_chart(
-        backlog=report["backlog"], deletable_on=report["deletable_on"], cards_per_night=report["cards_per_run"],
-        nights_needed=report["nightly_runs_needed"], last_run_overdue=left_by_last_run,
-    )
 
 
 @admin.register(DelistedRetention)
 class DelistedRetentionAdmin(ReadOnlyAdmin):
-    """Any staff user may look; nobody may add, change or delete through it."""
+    """Any staff user may look (the admin site lets in active staff alone); nobody may add, change or delete
+    through it."""
 
     def has_module_permission(self, request):
         return request.user.is_active and request.user.is_staff
@@ -184,21 +165,16 @@ class DelistedRetentionAdmin(ReadOnlyAdmin):
 
     def get_urls(self):
         # The page alone: no change, delete or history views of the proxied project cards.
-        opts = self.model._meta
-        name = f"{opts.app_label}_{opts.model_name}_changelist"
-        return [path("", self.admin_site.admin_view(self.changelist_view), name=name)]
+        view = self.admin_site.admin_view(self.changelist_view)
+        return [path("", view, name="retention_delistedretention_changelist")]
 
     def changelist_view(self, request, extra_context=None):
-        if not self.has_view_permission(request):
-            raise PermissionDenied
-        report = backlog_report()
         last_run = read_last_run()
         context = {
             **self.admin_site.each_context(request),
             "title": "Delisted retention",
             "opts": self.model._meta,
-            **report,
+            **backlog_report(last_run.get("last_run")),
             **last_run,
-            "chart": chart_of(report, last_run.get("last_run")),
         }
         return TemplateResponse(request, "admin/retention/delisted_retention.html", context)

@@ -169,7 +169,7 @@ def test_the_last_run_comes_from_the_metrics_textfile(plain_staff_client, settin
     response = plain_staff_client.get(PAGE)
 
     last_run = response.context["last_run"]
-    assert (last_run.outcome, last_run.batches, last_run.overdue_property_objects_left) == ("completed", 0, 0)
+    assert (last_run.outcome, last_run.batches, last_run.overdue_left[0]) == ("completed", 0, 0)
     assert last_run.deleted_property_object_cards == 0 and last_run.run_id == str(result.run_id)
     assert timezone.now() - last_run.ended_at < timedelta(minutes=1)
     html = response.content.decode()
@@ -199,7 +199,7 @@ def test_the_last_run_comes_from_the_pushgateway_when_that_is_the_sink(plain_sta
 
     assert last_run.source.startswith(f"Pushgateway {pushgateway} (instance ")  # this environment's group
     assert (last_run.outcome, last_run.batches) == ("has_more", 1)
-    assert last_run.overdue_property_objects_left == 1
+    assert last_run.overdue_left[0] == 1
 
 
 def test_a_skip_on_a_busy_lock_is_shown_after_the_last_run(plain_staff_client, settings, tmp_path):

@@ -15,7 +15,7 @@ from retention.backlog import (
     KindBacklog,
     count_becoming_deletable,
 )
-from retention.chart import CHART_DAYS, PLOT_HEIGHT, backlog_chart, nice_ceiling
+from retention.chart import CHART_DAYS, PLOT_HEIGHT, BacklogChart, nice_ceiling
 from retention.session import Session
 from tests.factories import ProjectCardFactory, PropertyObjectCardFactory
 
@@ -89,25 +89,28 @@ def arrivals(*cards: tuple[int, int]) -> list[DeletableOn]:
 
 
 def test_bar_heights_are_the_counts_on_each_panel_scale():
-    chart = backlog_chart(
+    chart = BacklogChart(
         backlog=backlog(1500, 300), deletable_on=arrivals((40, 0), (0, 0), (150, 50)), cards_per_night=1000,
-        nights_needed=2, last_run_overdue=(900, 100),
+        last_run_overdue=(900, 100),
     )
 
     assert chart.overdue.scale_max == 2000 and chart.days.scale_max == 200
     now, after_last_run = chart.overdue_now, chart.after_last_run
     assert (now.property_objects, now.projects, after_last_run.cards) == (1500, 300, 1000)
-    assert (now.property_objects_height, now.projects_height) == (PLOT_HEIGHT * 0.75, PLOT_HEIGHT * 0.15)
-    assert [bar.property_objects_height + bar.projects_height for bar in chart.arriving] == [
+    assert (chart.overdue.height(now.property_objects), chart.overdue.height(now.projects)) == (
+        PLOT_HEIGHT * 0.75, PLOT_HEIGHT * 0.15,
+    )
+    assert [chart.days.height(bar.property_objects) + chart.days.height(bar.projects) for bar in chart.arriving] == [
         PLOT_HEIGHT * 0.2, 0, PLOT_HEIGHT,
     ]
+    assert chart.nights_needed == 2  # 1,800 overdue cards at 1,000 a night
     assert [line.label for line in chart.overdue.lines] == ["1 night"]  # the second night takes the rest
     assert chart.days.lines == []  # no day comes near a night's 1,000 cards
     assert (chart.busiest_day.key, chart.arriving_cards) == ("2026-06-03", 240)
 
 
 def test_a_day_above_a_nights_capacity_shows_the_capacity_line():
-    chart = backlog_chart(backlog=backlog(0, 0), deletable_on=arrivals((700, 0)), cards_per_night=500, nights_needed=0)
+    chart = BacklogChart(backlog=backlog(0, 0), deletable_on=arrivals((700, 0)), cards_per_night=500)
 
     assert [line.label for line in chart.days.lines] == ["one night's run"]
     assert chart.after_last_run is None and chart.overdue_now.cards == 0
