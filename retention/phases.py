@@ -146,7 +146,7 @@ def delete_cards(cards: str, *, overrides: str, card_key: str, keep: str = "") -
     """
 
 
-def chunk_scan(*, table: str, columns: str, moment: str, id_type: str, within: str, candidates: str) -> str:
+def chunk_scan(*, table: str, columns: str, moment: str, within: str, candidates: str) -> str:
     """A candidate scan (Phase.scan_sql): the next chunk of `table`'s rows `within` (an index condition on (moment,
     id)), in (moment, id) order after (after_at, after_id); `candidates`, a FROM ... WHERE over the chunk, picks the
     ids it returns."""
@@ -183,7 +183,7 @@ PROPERTY_OBJECTS = phase(
 PROJECTS = phase(
     "projects",
     scan_sql=chunk_scan(
-        table="project_cards", columns="updated_at, id", moment="updated_at", id_type="uuid",
+        table="project_cards", columns="updated_at, id", moment="updated_at",
         within=f"status = 'Delisted' AND updated_at < %(cutoff)s AND {after_key('updated_at', 'uuid')}",
         candidates=f"FROM chunk AS card WHERE NOT {HELD_BACK}",
     ),
@@ -208,7 +208,7 @@ def orphan_phase(name: str, *, overrides: str, cards: str, card_key: str, delete
     return phase(
         name,
         scan_sql=chunk_scan(
-            table=overrides, columns=f"id, created_at, {card_key} AS card_id", moment="created_at", id_type="bigint",
+            table=overrides, columns=f"id, created_at, {card_key} AS card_id", moment="created_at",
             within=after_key(  # from the window on, not from the oldest override
                 "created_at", "bigint", at="greatest(%(after_at)s::timestamptz, now() - %(orphan_sweep_window)s)",
             ),
