@@ -97,8 +97,8 @@ class TraceContext(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         context = trace.get_current_span().get_span_context()
         if context.is_valid:
-            record.trace_id = format(context.trace_id, "032x")
-            record.span_id = format(context.span_id, "016x")
+            record.trace_id = trace.format_trace_id(context.trace_id)
+            record.span_id = trace.format_span_id(context.span_id)
         return True
 
 

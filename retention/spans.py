@@ -50,7 +50,7 @@ def result_attributes(result: PurgeResult) -> dict:
 def current_trace_id() -> str | None:
     """The run's trace id as 32 lowercase hex digits, as tracing backends show it; None when tracing is off."""
     context = trace.get_current_span().get_span_context()
-    return format(context.trace_id, "032x") if context.is_valid else None
+    return trace.format_trace_id(context.trace_id) if context.is_valid else None
 
 
 def seconds_or_value(value):
