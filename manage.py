@@ -7,13 +7,17 @@ import sys
 
 def main():
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+    import django
     from django.core.exceptions import ImproperlyConfigured
     from django.core.management import execute_from_command_line
 
     from config.tracing import configure_tracing
 
     try:
-        configure_tracing()  # reads the settings when OTEL_* variables ask for traces: inside the try
+        # The settings and the log format first (inside the try: they may be what is wrong), so that tracing's
+        # warning lines are log lines too; then tracing, before any command runs.
+        django.setup()
+        configure_tracing()
         execute_from_command_line(sys.argv)
     except ImproperlyConfigured as error:
         # A bad deploy setting is an operator's mistake, not a bug: one line, exit 2.

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from tests.factories import PropertyObjectCardFactory
+from tests.support import run_manage
 from tests.tracing.conftest import run_traced
 
 # Runs the job in `manage.py shell`, then reports what the process holds.
@@ -56,3 +57,20 @@ def test_otel_sdk_disabled_or_exporter_none_turn_tracing_off():
     assert tracing_wanted({"OTEL_SERVICE_NAME": "catalog"})
     assert not tracing_wanted({"OTEL_SERVICE_NAME": "catalog", "OTEL_SDK_DISABLED": "true"})
     assert not tracing_wanted({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318", "OTEL_TRACES_EXPORTER": "none"})
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_unsupported_protocol_leaves_tracing_off_with_one_warning_in_the_log_format():
+    PropertyObjectCardFactory(long_delisted=True)
+
+    completed = run_manage(
+        "purge_delisted", "--json", LOG_FORMAT="json", OTEL_EXPORTER_OTLP_PROTOCOL="grpc",
+        OTEL_EXPORTER_OTLP_ENDPOINT="http://127.0.0.1:9",
+    )
+
+    assert completed.returncode == 0, completed.stderr
+    assert json.loads(completed.stdout)["trace_id"] is None  # tracing stayed off
+    lines = [json.loads(line) for line in completed.stderr.splitlines()]  # every stderr line is JSON
+    warnings = [line for line in lines if line["message"].startswith("tracing off")]
+    assert len(warnings) == 1 and "OTEL_EXPORTER_OTLP_PROTOCOL='grpc'" in warnings[0]["message"]
+    assert warnings[0]["level"] == "WARNING"
