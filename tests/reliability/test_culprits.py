@@ -89,8 +89,9 @@ def test_max_batches_one_on_a_batch_of_two_thousand_culprits_is_one_batch_of_two
     result = json.loads(completed.stdout)
     assert completed.returncode == 1 and result["batches_processed"] == 1 and result["culprit_count"] == 2_000
     # the lock, the counts at start and end (a chunk of each), the orphan scans, the failed batch and its
-    # isolation: a handful, not 4,000
-    assert transactions < 30, transactions
+    # isolation: a handful, not 4,000. The database counts every session's, autovacuum's and the observer's too
+    # (33 were seen once on 16), so the bound keeps a margin and still tells one transaction a card apart.
+    assert transactions < 100, transactions
 
 
 @pytest.mark.django_db(transaction=True)
