@@ -7,7 +7,6 @@ import json
 import pytest
 
 from tests.factories import PropertyObjectCardFactory
-from tests.support import run_manage
 from tests.tracing.conftest import run_traced
 
 # Runs the job in `manage.py shell`, then reports what the process holds.
@@ -63,8 +62,8 @@ def test_otel_sdk_disabled_or_exporter_none_turn_tracing_off():
 def test_an_unsupported_protocol_leaves_tracing_off_with_one_warning_in_the_log_format():
     PropertyObjectCardFactory(long_delisted=True)
 
-    completed = run_manage(
-        "purge_delisted", "--json", LOG_FORMAT="json", OTEL_EXPORTER_OTLP_PROTOCOL="grpc",
+    completed = run_traced(
+        "purge_delisted", "--json", receiver=None, LOG_FORMAT="json", OTEL_EXPORTER_OTLP_PROTOCOL="grpc",
         OTEL_EXPORTER_OTLP_ENDPOINT="http://127.0.0.1:9",
     )
 
