@@ -247,7 +247,7 @@ def admin_pages(*, database_url: str, repeats: int) -> dict:
     object_page, project_page = deepest_page(PropertyObjectCard), deepest_page(ProjectCard)
     pages = [
         ("admin index", reverse("admin:index")),
-        ("Delisted retention backlog", reverse("admin:retention_delistedretention_changelist")),
+        ("Delisted retention backlog", reverse("admin:catalog_delistedretention_changelist")),
         ("property-object cards, first page", objects),
         (f"property-object cards, page {object_page}", f"{objects}?p={object_page}"),
         ("project cards, first page", projects),

@@ -93,3 +93,12 @@ class DeveloperRankingRule(models.Model):
 
     def __str__(self):
         return f"ranking rule {self.id} of developer {self.developer_id}"
+
+
+class DelistedRetention(ProjectCard):
+    """No table and no data of its own: the Django admin lists pages by model, and this proxy gives the
+    "Delisted retention" backlog page (catalog/admin/retention_page.py) its place in the admin index."""
+
+    class Meta:
+        proxy = True
+        verbose_name = verbose_name_plural = "Delisted retention"

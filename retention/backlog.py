@@ -4,7 +4,7 @@ indexes, in chunks in a run; how and why: docs/how-it-works.md, "The backlog cou
 """
 
 from dataclasses import dataclass, field, replace
-from datetime import date, datetime, timedelta
+from datetime import datetime, timedelta
 
 from retention.phases import HELD_BACK
 from retention.session import Session
@@ -43,23 +43,6 @@ def held_back_statement(*, in_chunks: bool) -> str:
         cards="project_cards", entries="status = 'Delisted' AND updated_at < %(cutoff)s", second=HELD_BACK,
         chunk=A_CHUNK if in_chunks else "",
     )
-
-
-# The Delisted cards that become deletable on each of the next `days` days (in the session's time zone), from now on:
-# their updated_at + retention falls in that day and after the cutoff. A range count per day and kind.
-COUNT_BECOMING_DELETABLE = """
-SELECT day::date,
-       (SELECT count(*) FROM catalog.property_object_cards
-         WHERE status = 'Delisted' AND updated_at >= greatest(day - %(retention)s, %(cutoff)s)
-           AND updated_at < day + interval '1 day' - %(retention)s),
-       (SELECT count(*) FROM catalog.project_cards
-         WHERE status = 'Delisted' AND updated_at >= greatest(day - %(retention)s, %(cutoff)s)
-           AND updated_at < day + interval '1 day' - %(retention)s)
-  FROM generate_series(date_trunc('day', %(cutoff)s + %(retention)s),
-                       date_trunc('day', %(cutoff)s + %(retention)s) + (%(days)s - 1) * interval '1 day',
-                       interval '1 day') AS day
- ORDER BY day
-"""
 
 
 @dataclass(frozen=True)
@@ -161,25 +144,3 @@ def count_in_chunks(
         else:
             return KindBacklog(entries, second, earliest, chunk_ends=tuple(ends))
         ends.append(after)
-
-
-@dataclass(frozen=True)
-class DeletableOn:
-    """The Delisted cards, not overdue yet, whose retention period ends on `day`."""
-
-    day: date
-    property_objects: int
-    projects: int
-
-    @property
-    def cards(self) -> int:
-        return self.property_objects + self.projects
-
-
-def count_becoming_deletable(
-    session: Session, *, cutoff: datetime, retention: timedelta, days: int
-) -> list[DeletableOn]:
-    """Per day, today (from now on) first, the cards becoming deletable: the arrivals of the next nightly runs."""
-    with session.transaction() as cursor:
-        cursor.execute(COUNT_BECOMING_DELETABLE, {"cutoff": cutoff, "retention": retention, "days": days})
-        return [DeletableOn(day, property_objects, projects) for day, property_objects, projects in cursor.fetchall()]

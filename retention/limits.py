@@ -160,11 +160,3 @@ class PurgeLimits:
 
     def replace(self, **changes) -> "PurgeLimits":
         return dataclasses.replace(self, **changes)
-
-
-def settings_rows() -> list[tuple[str, str, object, str]]:
-    """(description, setting, value as set, unit) of every limit, for the admin page's operators."""
-    return [
-        (limit.description, limit.setting, getattr(settings, limit.setting), limit.unit if limit.is_duration else "")
-        for limit in LIMITS
-    ]

@@ -1,5 +1,5 @@
 """Real servers the tests start on free loopback ports and tear down after: a PgBouncer in front of a database,
-and a throwaway primary with a streaming standby. Registered as a pytest plugin by tests/conftest.py, so the
+a throwaway primary with a streaming standby, and a Pushgateway. Registered as a pytest plugin by tests/conftest.py, so the
 fixtures at the end are available to every test.
 
 PostgreSQL's own programs and PgBouncer refuse to run as root: as root, they run as the `postgres` OS user, in
@@ -14,6 +14,7 @@ import subprocess
 import tempfile
 import time
 import urllib.parse
+import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
@@ -299,3 +300,29 @@ def replica() -> Iterator[Replica]:
     migrated: `migrate(replica.primary_url)` does it, and the standby replays it)."""
     with streaming_replica() as started:
         yield started
+
+
+@pytest.fixture
+def pushgateway() -> Iterator[str]:
+    """A real Pushgateway of its own on a free loopback port, in memory only (the Debian build would otherwise
+    persist to /var/lib/prometheus). Yields its URL."""
+    binary = installed_tool("prometheus-pushgateway", "prometheus-pushgateway")
+    url = f"http://127.0.0.1:{free_loopback_port()}"
+    process = subprocess.Popen(
+        [binary, f"--web.listen-address={url.removeprefix('http://')}", "--persistence.file="],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 15
+        while True:
+            try:
+                urllib.request.urlopen(f"{url}/-/ready", timeout=1).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline or process.poll() is not None:
+                    raise RuntimeError(f"the Pushgateway at {url} did not become ready") from None
+                time.sleep(0.05)
+        yield url
+    finally:
+        process.terminate()
+        process.wait(timeout=10)

@@ -1,4 +1,4 @@
-"""Indexes that keep the admin fast at millions of cards (catalog/admin.py, retention/admin.py).
+"""Indexes that keep the admin fast at millions of cards (catalog/admin/).
 
 * A card list sorts by `updated_at DESC, id DESC` (the admin's `ordering`; `id` breaks ties, so deep pages are one
   deterministic order), optionally filtered by status: `(updated_at, id)` serves the plain list and

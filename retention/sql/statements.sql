@@ -311,19 +311,6 @@ SELECT count(*), count(*) FILTER (WHERE EXISTS (SELECT FROM catalog.property_obj
   FROM (SELECT id, updated_at FROM catalog.project_cards
          WHERE status = 'Delisted' AND updated_at < %(cutoff)s AND updated_at > %(after)s AND updated_at <= %(until)s) AS card;
 
--- backlog: becoming deletable
-SELECT day::date,
-       (SELECT count(*) FROM catalog.property_object_cards
-         WHERE status = 'Delisted' AND updated_at >= greatest(day - %(retention)s, %(cutoff)s)
-           AND updated_at < day + interval '1 day' - %(retention)s),
-       (SELECT count(*) FROM catalog.project_cards
-         WHERE status = 'Delisted' AND updated_at >= greatest(day - %(retention)s, %(cutoff)s)
-           AND updated_at < day + interval '1 day' - %(retention)s)
-  FROM generate_series(date_trunc('day', %(cutoff)s + %(retention)s),
-                       date_trunc('day', %(cutoff)s + %(retention)s) + (%(days)s - 1) * interval '1 day',
-                       interval '1 day') AS day
- ORDER BY day;
-
 -- dry run: first object kept
 SELECT updated_at, id::text FROM catalog.property_object_cards
  WHERE status = 'Delisted' AND updated_at < %(cutoff)s

@@ -66,7 +66,7 @@ def results(
         rss=[(10, 57_000, 20_000), (1_000_000, 57_500, 202_000)],
         admin_pages=[
             AdminPage("admin index", "/admin/", [0.010]),
-            AdminPage("Delisted retention backlog", "/admin/retention/delistedretention/", [slowest_page]),
+            AdminPage("Delisted retention backlog", "/admin/catalog/delistedretention/", [slowest_page]),
         ],
         tracing=TracingCost(
             off=[run("tracing off", 5.0), run("tracing off", 4.5)],

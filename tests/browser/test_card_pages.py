@@ -127,7 +127,7 @@ def test_the_admin_index_offers_only_views(staff_browser):
 
 
 def test_an_anonymous_visitor_lands_on_the_login_page(admin_browser):
-    for path in ("/admin/", reverse("admin:retention_delistedretention_changelist"), OBJECTS):
+    for path in ("/admin/", reverse("admin:catalog_delistedretention_changelist"), OBJECTS):
         page = admin_browser.open(path)
 
         assert page.url == admin_browser.url(f"{reverse('admin:login')}?next={quote(path)}")

@@ -11,13 +11,13 @@ from django.urls import reverse
 
 from catalog.demo_admin import DEMO_STAFF_USERNAME, create_staff_user
 from catalog.demo_data import seed_demo_data
-from retention.chart import CHART_DAYS
+from catalog.admin.retention_chart import CHART_DAYS
 from tests.support import purge
 
 # The live server's requests see only committed data; the catalog is emptied after each test (tests/conftest.py).
 pytestmark = pytest.mark.django_db(transaction=True)
 
-PAGE = reverse("admin:retention_delistedretention_changelist")
+PAGE = reverse("admin:catalog_delistedretention_changelist")
 # Small limits, so that the demo backlog takes more than one night and the chart draws its night lines.
 BATCH_SIZE, MAX_BATCHES = 100, 2
 

@@ -9,7 +9,7 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
-from catalog.admin import EstimatedCountPaginator, PropertyObjectCardAdmin
+from catalog.admin.cards import EstimatedCountPaginator, PropertyObjectCardAdmin
 from catalog.models import CardStatus, ProjectCard, PropertyObjectCard
 from tests.factories import (
     BuildingDisplayOverrideFactory,

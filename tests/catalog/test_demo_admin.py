@@ -50,9 +50,9 @@ def test_on_a_demo_catalog_it_makes_a_staff_user_who_may_only_look():
     user = authenticate(username=DEMO_STAFF_USERNAME, password=printed_password(output))
     assert user is not None and user.is_staff and not user.is_superuser
     permissions = user.get_all_permissions()
-    assert "catalog.view_propertyobjectcard" in permissions and "retention.view_delistedretention" in permissions
+    assert "catalog.view_propertyobjectcard" in permissions and "catalog.view_delistedretention" in permissions
     assert all(".view_" in permission for permission in permissions)
-    assert f"http://127.0.0.1:8000{reverse('admin:retention_delistedretention_changelist')}" in output
+    assert f"http://127.0.0.1:8000{reverse('admin:catalog_delistedretention_changelist')}" in output
 
 
 def test_each_run_gives_a_new_password_and_the_old_one_stops_working():

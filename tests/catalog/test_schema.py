@@ -12,7 +12,7 @@ EXPECTED_INDEXES = {
         "ON catalog.property_object_cards USING btree (updated_at, id) WHERE (status = 'Delisted'::text)",
     ("property_object_cards", "property_object_cards_project_id_status_idx"):
         "ON catalog.property_object_cards USING btree (project_id, status, updated_at)",
-    # The admin's card lists (catalog/admin.py), newest first, with and without the status filter.
+    # The admin's card lists (catalog/admin/cards.py), newest first, with and without the status filter.
     ("project_cards", "project_cards_updated_at_idx"): "ON catalog.project_cards USING btree (updated_at, id)",
     ("project_cards", "project_cards_status_updated_at_idx"):
         "ON catalog.project_cards USING btree (status, updated_at, id)",

@@ -29,7 +29,6 @@ def statements() -> dict[str, str]:
         rendered[f"backlog: {cards}, whole"] = backlog.delisted_statement(cards, in_chunks=False)
     rendered["backlog: held back, in chunks"] = backlog.held_back_statement(in_chunks=True)
     rendered["backlog: held back, whole"] = backlog.held_back_statement(in_chunks=False)
-    rendered["backlog: becoming deletable"] = backlog.COUNT_BECOMING_DELETABLE
     rendered["dry run: first object kept"] = phases.FIRST_OBJECT_KEPT
     rendered["dry run: held back after"] = phases.HELD_BACK_AFTER
     rendered["dry run: overrides of taken"] = phases.OVERRIDES_OF_TAKEN

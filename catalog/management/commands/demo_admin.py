@@ -24,7 +24,7 @@ class Command(BaseCommand):
         except DemoAdminRefused as refused:
             raise CommandError(str(refused)) from None
         password = create_staff_user()
-        page = f"http://{options['address']}{reverse('admin:retention_delistedretention_changelist')}"
+        page = f"http://{options['address']}{reverse('admin:catalog_delistedretention_changelist')}"
         self.stdout.write(
             "\n".join(
                 [

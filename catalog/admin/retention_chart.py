@@ -1,5 +1,6 @@
 """The picture of the backlog on the Delisted retention page: the overdue cards now (and after the last run, from the
-metrics sink), the cards becoming deletable on each of the next days, and the nights the job needs at its limits.
+metrics sink), the cards becoming deletable on each of the next days (counted here), and the nights the job needs at
+its limits.
 
 SVG written here by hand: no script, no chart library (pygal, the well-kept one, loads its tooltips' script from
 kozea.github.io, which fails wherever the admin has no internet access), and format_html rather than a template loop,
@@ -9,13 +10,15 @@ a tooltip per bar, a table beside it (the text alternative), and on each bar as 
 
 import math
 from dataclasses import dataclass, field
+from datetime import date, datetime, timedelta
 from functools import cached_property
 
 from django.template.defaultfilters import pluralize
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
-from retention.backlog import Backlog, DeletableOn
+from retention.backlog import Backlog
+from retention.session import Session
 
 CHART_DAYS = 30
 WIDTH = 760
@@ -28,6 +31,45 @@ OVERDUE_PANEL = (64, 226)
 DAYS_PANEL = (330, 750)
 # Lines at 1, 2, ... nights' worth of cards across the overdue panel, while they stay readable.
 MAX_NIGHT_LINES = 8
+
+
+# The Delisted cards that become deletable on each of the next `days` days (in the session's time zone), from now on:
+# their updated_at + retention falls in that day and after the cutoff. A range count per day and kind.
+COUNT_BECOMING_DELETABLE = """
+SELECT day::date,
+       (SELECT count(*) FROM catalog.property_object_cards
+         WHERE status = 'Delisted' AND updated_at >= greatest(day - %(retention)s, %(cutoff)s)
+           AND updated_at < day + interval '1 day' - %(retention)s),
+       (SELECT count(*) FROM catalog.project_cards
+         WHERE status = 'Delisted' AND updated_at >= greatest(day - %(retention)s, %(cutoff)s)
+           AND updated_at < day + interval '1 day' - %(retention)s)
+  FROM generate_series(date_trunc('day', %(cutoff)s + %(retention)s),
+                       date_trunc('day', %(cutoff)s + %(retention)s) + (%(days)s - 1) * interval '1 day',
+                       interval '1 day') AS day
+ ORDER BY day
+"""
+
+
+@dataclass(frozen=True)
+class DeletableOn:
+    """The Delisted cards, not overdue yet, whose retention period ends on `day`."""
+
+    day: date
+    property_objects: int
+    projects: int
+
+    @property
+    def cards(self) -> int:
+        return self.property_objects + self.projects
+
+
+def count_becoming_deletable(
+    session: Session, *, cutoff: datetime, retention: timedelta, days: int
+) -> list[DeletableOn]:
+    """Per day, today (from now on) first, the cards becoming deletable: the arrivals of the next nightly runs."""
+    with session.transaction() as cursor:
+        cursor.execute(COUNT_BECOMING_DELETABLE, {"cutoff": cutoff, "retention": retention, "days": days})
+        return [DeletableOn(day, property_objects, projects) for day, property_objects, projects in cursor.fetchall()]
 
 
 @dataclass(frozen=True)

@@ -1,23 +1,25 @@
 """The "Delisted retention" admin page: what waits for the nightly job, at which limits, what the next run would do,
 and how the last one went. Staff only, read-only, and a fixed number of queries whatever the table sizes: the
 backlog aggregates, one held-back count and the cards becoming deletable on each of the next days
-(retention.backlog), from which the preview of the next run is reckoned (retention.preview.preview_run) rather than
-counted again and the chart drawn (retention.chart). The last run comes from the metrics sink the job writes.
+(retention.backlog, catalog.admin.retention_chart), from which the preview of the next run is reckoned
+(retention.preview.preview_run) rather than counted again and the chart drawn. The last run comes from the metrics sink
+the job writes. It lives with the catalog's admin; the job (retention/) knows nothing of it.
 """
 
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
+from django.conf import settings
 from django.contrib import admin
 from django.template.response import TemplateResponse
 from django.urls import path
 
-from catalog.admin import ReadOnlyAdmin
+from catalog.admin.cards import ReadOnlyAdmin
+from catalog.admin.retention_chart import CHART_DAYS, BacklogChart, count_becoming_deletable
+from catalog.models import DelistedRetention
 from retention import metrics
-from retention.backlog import compute_cutoff, count_becoming_deletable, measure_backlog
-from retention.chart import CHART_DAYS, BacklogChart
-from retention.limits import PurgeLimits, PurgeLimitsError, settings_rows
-from retention.models import DelistedRetention
+from retention.backlog import compute_cutoff, measure_backlog
+from retention.limits import LIMITS, PurgeLimits, PurgeLimitsError
 from retention.preview import held_back_after, preview_run
 from retention.results import Outcome
 from retention.session import Session
@@ -113,6 +115,14 @@ def read_last_run() -> dict:
     return {"sinks": [str(sink) for sink in sinks], "sink_problems": problems}
 
 
+def settings_rows() -> list[tuple[str, str, object, str]]:
+    """(description, setting, value as set, unit) of every limit, for the admin page's operators."""
+    return [
+        (limit.description, limit.setting, getattr(settings, limit.setting), limit.unit if limit.is_duration else "")
+        for limit in LIMITS
+    ]
+
+
 def backlog_report(last_run: LastRun | None) -> dict:
     """The page's content at the limits the settings give (what the nightly run uses), with the overdue cards the
     last run left in the chart."""
@@ -166,7 +176,7 @@ class DelistedRetentionAdmin(ReadOnlyAdmin):
     def get_urls(self):
         # The page alone: no change, delete or history views of the proxied project cards.
         view = self.admin_site.admin_view(self.changelist_view)
-        return [path("", view, name="retention_delistedretention_changelist")]
+        return [path("", view, name="catalog_delistedretention_changelist")]
 
     def changelist_view(self, request, extra_context=None):
         last_run = read_last_run()
@@ -177,4 +187,4 @@ class DelistedRetentionAdmin(ReadOnlyAdmin):
             **backlog_report(last_run.get("last_run")),
             **last_run,
         }
-        return TemplateResponse(request, "admin/retention/delisted_retention.html", context)
+        return TemplateResponse(request, "admin/catalog/delisted_retention.html", context)

@@ -25,7 +25,7 @@ from tests.support import free_loopback_port
 
 pytestmark = pytest.mark.django_db
 
-PAGE = reverse("admin:retention_delistedretention_changelist")
+PAGE = reverse("admin:catalog_delistedretention_changelist")
 
 
 def catalog(scale: int = 1) -> None:
@@ -111,6 +111,12 @@ def test_the_page_is_listed_in_the_admin_index(plain_staff_client):
     response = plain_staff_client.get(reverse("admin:index"))
 
     assert f'href="{PAGE}"' in response.content.decode() and "Delisted retention" in response.content.decode()
+
+
+def test_the_address_it_had_before_it_moved_to_the_catalog_redirects_to_it(plain_staff_client):
+    response = plain_staff_client.get("/admin/retention/delistedretention/")
+
+    assert response.status_code == 301 and response["Location"] == PAGE == "/admin/catalog/delistedretention/"
 
 
 def test_anonymous_users_are_sent_to_the_login_page(client):

@@ -8,14 +8,16 @@ from django.db import connection
 from django.urls import reverse
 
 from catalog.models import CardStatus
-from retention.backlog import (
+from catalog.admin.retention_chart import (
+    CHART_DAYS,
     COUNT_BECOMING_DELETABLE,
-    Backlog,
+    PLOT_HEIGHT,
+    BacklogChart,
     DeletableOn,
-    KindBacklog,
     count_becoming_deletable,
+    nice_ceiling,
 )
-from retention.chart import CHART_DAYS, PLOT_HEIGHT, BacklogChart, nice_ceiling
+from retention.backlog import Backlog, KindBacklog
 from retention.session import Session
 from tests.factories import ProjectCardFactory, PropertyObjectCardFactory
 
@@ -25,7 +27,7 @@ NOW = datetime(2026, 6, 1, 3, 30, tzinfo=timezone.utc)
 RETENTION = timedelta(days=30)
 CUTOFF = NOW - RETENTION
 MICROSECOND = timedelta(microseconds=1)
-PAGE = reverse("admin:retention_delistedretention_changelist")
+PAGE = reverse("admin:catalog_delistedretention_changelist")
 
 
 def delisted_object(deletable_at: datetime, **fields):
