@@ -1,14 +1,7 @@
-"""The limits of a run of the retention job: one frozen, typed value, and one table saying where each limit comes
-from (command-line option, setting), in which unit, and within which bounds.
-
-`PurgeLimits.from_settings(options)` is the one constructor: it merges command-line options over the settings,
-converts units, and validates, reporting every bad value at once. The command, `manage.py check`, the admin page
-and the web metrics all build their limits with it, so they name the same option and setting an operator can fix.
-Building a `PurgeLimits` by hand (tests, `manage.py shell`) validates the same way.
-
-Each bound is in the unit of the option and the setting. Beyond it a value is a typo, not a choice, and some
-values would overflow Python's timedelta or PostgreSQL (a cutoff before year 1, a statement_timeout above INT_MAX
-milliseconds).
+"""The limits of a run: one frozen, typed value (`PurgeLimits`), and one table (`LIMITS`) saying where each limit comes
+from (command-line option, setting), in which unit, and within which bounds: beyond them a value is a typo, or would
+overflow timedelta or PostgreSQL. `PurgeLimits.from_settings(options)`, the one constructor of the command, `manage.py
+check`, the admin page and the web metrics, reports every bad value at once; a hand-built one validates the same way.
 """
 
 import dataclasses

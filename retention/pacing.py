@@ -1,9 +1,6 @@
 """Pacing by the streaming standbys: how far behind the slowest one is, read on the primary from
-`pg_stat_replication` without connecting to the standbys, and a bounded, stoppable wait for it. Per standby: 0 once
-it has replayed all the primary wrote; else `replay_lag`, plus the time since its last reply when that reply showed
-WAL flushed but not replayed (so a stuck replay's lag grows between replies). Why, and its limits:
-docs/how-it-works.md, "Replica lag". A role that cannot see the WAL senders' details is refused (ReplicaLagHidden)
-rather than told there is no lag.
+`pg_stat_replication`, and a bounded, stoppable wait for it. A role that cannot see the WAL senders' details is refused
+(ReplicaLagHidden) rather than told there is no lag. The estimate, and its limits: docs/how-it-works.md, "Replica lag".
 """
 
 import time
