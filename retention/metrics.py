@@ -1,23 +1,16 @@
-"""Prometheus metrics of the retention job (`purge_delisted`) and the live backlog on the web app's `/metrics`;
-docs/operations.md lists them and their sinks.
+"""Prometheus metrics of the retention job and of its backlog; docs/operations.md lists them and their sinks (the
+web app's live backlog gauges: catalog.metrics).
 
-A cron process lives seconds, so a run hands its metrics over itself, as Prometheus advises for batch jobs: gauges
-of the last run and of the last success, no cumulative counters. So no export reads back what a sink holds, and no
-two runs can race over a sum. Alerts read `time() - ..._last_success_timestamp_seconds` and averages over time of
-the last run's gauges (deploy/prometheus).
-
-The metrics come in groups, each written whole when it changes: the backlog (at a run's start and end), the last
-run, the last success and the last skip on a busy lock. Each sink is switched on by a setting: a Pushgateway
-(`pushadd` replaces only the metrics pushed, so a failed run leaves the last success in place) and node-exporter's
-textfile collector (a file per group, each replaced atomically). A metrics failure is a logged warning; it never
-fails the purge.
+A cron process lives seconds, so a run hands over gauges of itself, as Prometheus advises for batch jobs: no
+cumulative counters, so nothing is read back from a sink and no two runs race over a sum. Each group (the backlog, the
+last run, the last success, the last skip on a busy lock) is written whole to every sink the settings switch on. A
+metrics failure is a logged warning; it never fails the purge.
 """
 
-import logging
 import threading
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -29,12 +22,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
 from config.logging import RunLog
-from retention.backlog import Backlog, compute_cutoff, measure_backlog
-from retention.limits import PurgeLimits
+from retention.backlog import Backlog
 from retention.results import SUCCESSFUL_OUTCOMES, Outcome, PurgeResult
-from retention.session import Session
-
-logger = logging.getLogger(__name__)
 
 JOB = "catalog_delisted_retention"
 
@@ -75,7 +64,6 @@ RUN_OUTCOMES = (Outcome.COMPLETED, Outcome.HAS_MORE, Outcome.STOPPED, Outcome.FA
 GROUP_FILES = {"last_run": "", "backlog": "_backlog", "last_success": "_last_success", "lock_busy": "_lock_busy"}
 # One bound for a run's whole export, all sinks together: a gateway that accepts and never answers costs no more.
 EXPORT_TIMEOUT_SECONDS = 2  # a sink that does not answer must not hold a stopped run past seconds
-BACKLOG_CACHE_SECONDS = 30
 
 
 def gauge(name: str, samples: float | dict[tuple[str, ...], float], *labels: str) -> GaugeMetricFamily:
@@ -254,39 +242,3 @@ class RunMetrics:
                 "metrics not exported: %s", error,
                 extra={"sink": str(sink), "timeout_seconds": EXPORT_TIMEOUT_SECONDS},
             )
-
-
-class BacklogCollector(Collector):
-    """`catalog_delisted_backlog` and `catalog_delisted_oldest_overdue_age_seconds` for the web app's /metrics
-    (registered by the app config), at the retention the settings give. Measured at most once per `max_age_seconds`
-    whatever the scrape rate, so that scrapes cannot hammer the database."""
-
-    def __init__(self, *, max_age_seconds: float = BACKLOG_CACHE_SECONDS, clock: Callable[[], float] = time.monotonic):
-        self.max_age_seconds = max_age_seconds
-        self.clock = clock
-        self.lock = threading.Lock()
-        self.backlog: Backlog | None = None
-        self.measured_at: float | None = None
-
-    def describe(self) -> Iterator[Metric]:
-        # Registering calls describe() instead of collect(): no database query at start-up.
-        return iter(backlog_group(None))
-
-    def collect(self) -> Iterator[Metric]:
-        with self.lock:
-            if self.measured_at is None or self.clock() - self.measured_at >= self.max_age_seconds:
-                self.measured_at = self.clock()
-                self.backlog = self.measure_now()
-            backlog = self.backlog
-        if backlog is not None:
-            yield from backlog_group(backlog)
-
-    def measure_now(self) -> Backlog | None:
-        try:
-            retention = PurgeLimits.from_settings().retention
-            session = Session()
-            return measure_backlog(session, cutoff=compute_cutoff(session, retention))
-        except Exception as error:
-            # A scrape must not fail: the series are absent until the next measurement works.
-            logger.warning("catalog_delisted_backlog not measured: %s", error)
-            return None

@@ -8,7 +8,8 @@ from django.utils import timezone
 from prometheus_client import REGISTRY, CollectorRegistry
 
 from catalog.models import CardStatus
-from retention.metrics import BACKLOG, BACKLOG_CACHE_SECONDS, OLDEST_OVERDUE_AGE, BacklogCollector
+from catalog.metrics import BACKLOG_CACHE_SECONDS, BacklogCollector
+from retention.metrics import BACKLOG, OLDEST_OVERDUE_AGE
 from tests.factories import ProjectCardFactory, PropertyObjectCardFactory
 from tests.support import Exposition
 
@@ -26,7 +27,7 @@ class HandDrivenClock:
 @pytest.fixture
 def backlog_collector():
     """The app's collector swapped for a fresh one on a hand-driven clock: no cache from earlier tests."""
-    app_collector = apps.get_app_config("retention").backlog_collector
+    app_collector = apps.get_app_config("catalog").backlog_collector
     collector = BacklogCollector(clock=HandDrivenClock())
     REGISTRY.unregister(app_collector)
     REGISTRY.register(collector)
