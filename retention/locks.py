@@ -1,19 +1,14 @@
-"""A PostgreSQL session-level advisory lock, so that only one purge runs at a time across all hosts, and proof that
-the session holding it is the one running each batch.
+"""A PostgreSQL session advisory lock, so that one purge runs at a time across all hosts, and the proof that each
+batch runs on the session holding it. The key derives from the name by a fixed rule (docs/operations.md, "The
+advisory lock").
 
-The key is derived from a name by a fixed, documented rule (docs/operations.md): the first 8 bytes of the SHA-256 of
-the UTF-8 name, read as a big-endian signed 64-bit integer. A session lock lives as long as the database session.
-
-Behind a connection pooler the lock would land on a server session the pooler may share or keep after the job is
-killed, and a client cannot tell a session pool from a transaction pool reliably. So when a pooler answers (the
-pid the connection was given at start-up is not the backend's), the job refuses before it locks anything: it runs
-on a direct connection (DELISTED_RETENTION_DATABASE_URL, docs/poolers.md). Each batch statement returns the session
-it ran on, checked before its COMMIT (`prove_holder`): a connection Django replaced after a failure holds no lock.
+A pooler between the job and PostgreSQL may share the lock's session or keep it after the job is killed, so the job
+refuses one before it locks anything (docs/poolers.md). Each batch statement returns the session it ran on, checked
+before its COMMIT (`prove_holder`): a connection Django replaced after a failure holds no lock.
 """
 
 import hashlib
 import logging
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -59,11 +54,10 @@ def advisory_lock_key(name: str) -> int:
 
 
 @contextmanager
-def advisory_lock(session: JobSession, name: str, *, marker: str | None = None) -> Iterator[bool]:
+def advisory_lock(session: JobSession, name: str) -> Iterator[bool]:
     """Try to take the lock on the session without waiting; yield whether it was taken, and release it on the way
-    out. `marker` names the holder (the run id), so that each batch can prove it ran on the holding session."""
-    key = advisory_lock_key(name)
-    marker = marker or str(uuid.uuid4())
+    out. The session is marked with its run id, so that each batch can prove it ran on the holding session."""
+    key, marker = advisory_lock_key(name), str(session.run_id)
     refuse_a_pooler(session)
     with session.transaction() as cursor:
         cursor.execute(TAKE_LOCK, {"marker_name": SESSION_MARKER, "marker": marker, "key": key})
@@ -106,9 +100,9 @@ def refuse_a_pooler(session: JobSession) -> None:
         raise PooledSessionError(POOLED.format(alias=session.using))
 
 
-def release(session: JobSession, name: str, key: int, *, holding=None) -> None:
+def release(session: JobSession, name: str, key: int, *, holding) -> None:
     """Unlock on the session; a lock whose connection `holding` broke, or that Django replaced, went with it."""
-    if holding is not None and (session.connection() is not holding or holding.closed):
+    if session.connection() is not holding or holding.closed:
         logger.warning(LOCK_GONE, extra={"lock": name})
         return
     try:

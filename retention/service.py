@@ -161,9 +161,7 @@ def locked_run(
     session: JobSession, run: Run, now, metrics: RunMetrics, on_start, on_batch
 ) -> tuple[PurgeResult, Backlog | None]:
     """The run under the advisory lock; returns its result and the backlog counted at its end."""
-    with traced("advisory_lock", {"retention.lock": LOCK_NAME}), advisory_lock(
-        session, LOCK_NAME, marker=str(session.run_id),
-    ) as acquired:
+    with traced("advisory_lock", {"retention.lock": LOCK_NAME}), advisory_lock(session, LOCK_NAME) as acquired:
         if not acquired:
             session.log.warning("purge skipped: the advisory lock is held by another run", extra={"lock": LOCK_NAME})
             return run_result(session, run, StopReason.LOCK_BUSY), None

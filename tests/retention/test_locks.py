@@ -23,9 +23,9 @@ def test_job_lock_key_is_the_documented_number():
 
 def test_lock_is_taken_and_released():
     session = job_session()
-    with advisory_lock(session, LOCK_NAME, marker="run-a") as acquired:
+    with advisory_lock(session, LOCK_NAME) as acquired:
         assert acquired
-        assert session.holder == (connection.connection.info.backend_pid, "run-a")
+        assert session.holder == (connection.connection.info.backend_pid, str(session.run_id))
         assert advisory_lock_holders(JOB_LOCK_KEY) == [connection.connection.info.backend_pid]
     assert lock_holders(JOB_LOCK_KEY) == 0
     assert session.holder is None
