@@ -38,6 +38,13 @@ OUTCOME_OF_STOP = {
 }
 
 
+# The result's counts of what a run deleted (a dry run: would delete).
+DELETED_COUNTS = (
+    "deleted_property_object_cards", "deleted_project_cards", "deleted_property_object_overrides",
+    "deleted_building_overrides",
+)
+
+
 @dataclass(frozen=True)
 class Culprit:
     """A card whose own deletion fails for a data reason (a trigger raising, a constraint): isolated from its batch,

@@ -31,7 +31,7 @@ from retention.metrics import RunMetrics
 from retention.pacing import ReplicaLagHidden, wait_for_replicas
 from retention.phases import BATCH_ROWS, CARD_PHASES, PHASES, PROJECTS, PROPERTY_OBJECTS, SCAN_CHUNK, Phase
 from retention.preview import preview_purge
-from retention.results import Culprit, Outcome, PurgeFailed, PurgeResult, StopReason
+from retention.results import DELETED_COUNTS, Culprit, Outcome, PurgeFailed, PurgeResult, StopReason
 from retention.session import SYNC_WAIT_CANCELLED_MESSAGE, JobSession, StopRequest, StopRun, sqlstate
 from retention.spans import current_trace_id, failed, result_attributes, run_attributes, traced
 
@@ -109,10 +109,7 @@ class Run:
     """What the batch loop counts as it goes; the run's limits, clock and log are its session's."""
 
     cutoff: datetime | None = None
-    counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(
-        ("deleted_property_object_cards", "deleted_project_cards", "deleted_property_object_overrides",
-         "deleted_building_overrides"), 0,
-    ))
+    counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(DELETED_COUNTS, 0))
     batches: int = 0
     culprits: list[Culprit] = field(default_factory=list)
     refused_batches: int = 0  # consecutive batches of which every card was a culprit

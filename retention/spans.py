@@ -14,15 +14,10 @@ from opentelemetry.trace import Span, Status, StatusCode
 
 from config.logging import first_line
 from retention.limits import PurgeLimits
-from retention.results import PurgeResult
+from retention.results import DELETED_COUNTS, PurgeResult
 from retention.session import StopRun
 
 tracer = trace.get_tracer("retention")
-
-RESULT_COUNTS = (
-    "deleted_property_object_cards", "deleted_project_cards", "deleted_property_object_overrides",
-    "deleted_building_overrides",
-)
 
 
 def run_attributes(*, run_id: str, database: str, limits: PurgeLimits, dry_run: bool) -> dict:
@@ -40,7 +35,7 @@ def result_attributes(result: PurgeResult) -> dict:
     attributes = {
         "retention.outcome": str(result.outcome), "retention.stop_reason": str(result.stop_reason),
         "retention.batches": result.batches_processed, "retention.culprit_count": result.culprit_count,
-        **{f"retention.{count}": getattr(result, count) for count in RESULT_COUNTS},
+        **{f"retention.{count}": getattr(result, count) for count in DELETED_COUNTS},
     }
     if result.has_more is not None:  # a span attribute has no null
         attributes["retention.has_more"] = result.has_more
