@@ -29,13 +29,6 @@ class Outcome(enum.StrEnum):
 
 
 SUCCESSFUL_OUTCOMES = (Outcome.COMPLETED, Outcome.HAS_MORE)
-# The stop reasons that are an outcome by themselves; a run stopped by a limit, or completed, is counted by what it
-# left (has_more) and by its culprits.
-OUTCOME_OF_STOP = {
-    StopReason.STOPPED: Outcome.STOPPED,
-    StopReason.LOCK_BUSY: Outcome.LOCK_BUSY,
-    StopReason.FAILED: Outcome.FAILED,
-}
 
 
 # The result's counts of what a run deleted (a dry run: would delete).
@@ -66,6 +59,7 @@ class PurgeResult:
     run_id: uuid.UUID
     cutoff: datetime | None
     stop_reason: StopReason
+    outcome: Outcome  # decided by retention.service.run_result
     has_more: bool | None = None
     deleted_property_object_cards: int = 0
     deleted_project_cards: int = 0
@@ -86,14 +80,6 @@ class PurgeResult:
     @property
     def deleted_overrides(self) -> int:
         return self.deleted_property_object_overrides + self.deleted_building_overrides
-
-    @property
-    def outcome(self) -> Outcome:
-        if self.stop_reason in OUTCOME_OF_STOP:
-            return OUTCOME_OF_STOP[self.stop_reason]
-        if self.culprit_count:
-            return Outcome.FAILED
-        return Outcome.HAS_MORE if self.has_more else Outcome.COMPLETED
 
     def as_dict(self) -> dict[str, Any]:
         """The `--json` object. A dry run deleted nothing: its counts are named `would_delete_*`."""

@@ -117,19 +117,25 @@ class Run:
     replica_lag_wait: float = 0.0
 
 
-def run_result(session: JobSession, run: Run, stop_reason: StopReason, *, error: str | None = None,
-               dry_run: bool = False, **fields) -> PurgeResult:
+def run_result(session: JobSession, run: Run, stop_reason: StopReason, *, has_more: bool | None = None,
+               error: str | None = None, dry_run: bool = False, **fields) -> PurgeResult:
     """The run's result: the one place its outcome is decided. It fails on an infrastructure `error`, on culprits,
     and on a commit its synchronous standby never confirmed once the run's time ran out (cron must hear of a standby
-    gone); results.PurgeResult.outcome reads the rest off the stop reason and has_more."""
+    gone). A run that stopped on a limit or completed is judged by what it left (`has_more`)."""
     culprits = len(run.culprits)
     if error is None and culprits:
         error = run.systemic_failure or (f"{culprits} card(s) cannot be deleted and were left in place; the first "
                                          f"{min(culprits, CULPRITS_LISTED)} are logged with their id and error")
     elif error is None and session.unconfirmed_commit and stop_reason is StopReason.MAX_DURATION:
         stop_reason, error = StopReason.FAILED, SYNC_WAIT_CANCELLED_MESSAGE
+    if stop_reason in (StopReason.STOPPED, StopReason.LOCK_BUSY, StopReason.FAILED):
+        outcome = Outcome(stop_reason)  # the stop reasons that are an outcome by themselves
+    elif culprits:
+        outcome = Outcome.FAILED
+    else:
+        outcome = Outcome.HAS_MORE if has_more else Outcome.COMPLETED
     return PurgeResult(
-        run_id=session.run_id, cutoff=run.cutoff, stop_reason=stop_reason,
+        run_id=session.run_id, cutoff=run.cutoff, stop_reason=stop_reason, outcome=outcome, has_more=has_more,
         culprits=tuple(run.culprits[:CULPRITS_LISTED]), culprit_count=culprits,
         replica_lag_wait_seconds=round(run.replica_lag_wait, 3), error=error, dry_run=dry_run,
         duration_seconds=round(time.monotonic() - session.started, 3), trace_id=current_trace_id(),

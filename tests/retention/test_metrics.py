@@ -125,8 +125,8 @@ def test_the_trace_id_of_the_last_run_is_carried_beside_its_run_id(textfile):
     metrics = RunMetrics(log=RunLog(logging.getLogger("retention.metrics"), {"run_id": str(run_id)}),
                          max_duration=timedelta(minutes=20))
 
-    metrics.run_finished(PurgeResult(run_id=run_id, cutoff=None, stop_reason=StopReason.COMPLETED, has_more=False,
-                                     trace_id=trace_id))
+    metrics.run_finished(PurgeResult(run_id=run_id, cutoff=None, stop_reason=StopReason.COMPLETED,
+                                     outcome=Outcome.COMPLETED, has_more=False, trace_id=trace_id))
 
     assert read_textfile(textfile).value(LAST_RUN_INFO, run_id=str(run_id), trace_id=trace_id) == 1
 
