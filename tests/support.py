@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 from django.db import connection, connections, transaction
-from prometheus_client.parser import text_string_to_metric_families
 
 from retention.limits import PurgeLimits
+from retention.metrics import Reading
 from retention.service import purge_delisted_cards
 from retention.session import JobSession, StopRequest
 
@@ -162,23 +162,7 @@ def free_loopback_port() -> int:
         return probe.getsockname()[1]
 
 
-class Exposition:
-    """Samples of a Prometheus text exposition, looked up by name and labels (job and instance ignored)."""
-
-    def __init__(self, text: str):
-        self.values = {}
-        for family in text_string_to_metric_families(text):
-            for sample in family.samples:
-                labels = {k: v for k, v in sample.labels.items() if k not in ("job", "instance")}
-                self.values[sample.name, frozenset(labels.items())] = sample.value
-
-    @classmethod
-    def scrape(cls, url: str) -> "Exposition":
-        with urllib.request.urlopen(f"{url}/metrics", timeout=5) as response:
-            return cls(response.read().decode())
-
-    def value(self, name: str, **labels: str) -> float | None:
-        return self.values.get((name, frozenset(labels.items())))
-
-    def names(self) -> set[str]:
-        return {name for name, _ in self.values}
+def scraped(url: str) -> Reading:
+    """The samples of a /metrics page (a Pushgateway's: every group's), read as the admin page reads a sink."""
+    with urllib.request.urlopen(f"{url}/metrics", timeout=5) as response:
+        return Reading.parse(response.read().decode())

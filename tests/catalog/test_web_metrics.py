@@ -9,9 +9,8 @@ from prometheus_client import REGISTRY, CollectorRegistry
 
 from catalog.models import CardStatus
 from catalog.metrics import BACKLOG_CACHE_SECONDS, BacklogCollector
-from retention.metrics import BACKLOG, OLDEST_OVERDUE_AGE
+from retention.metrics import BACKLOG, OLDEST_OVERDUE_AGE, Reading
 from tests.factories import ProjectCardFactory, PropertyObjectCardFactory
-from tests.support import Exposition
 
 pytestmark = pytest.mark.django_db
 
@@ -36,10 +35,10 @@ def backlog_collector():
     REGISTRY.register(app_collector)
 
 
-def scrape(client) -> Exposition:
+def scrape(client) -> Reading:
     response = client.get("/metrics")
     assert response.status_code == 200
-    return Exposition(response.content.decode())
+    return Reading.parse(response.content.decode())
 
 
 def test_metrics_endpoint_shows_the_live_backlog(client, backlog_collector):

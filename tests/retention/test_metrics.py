@@ -34,6 +34,7 @@ from retention.metrics import (
     LAST_SUCCESS,
     MAX_RUN_DURATION,
     OLDEST_OVERDUE_AGE,
+    Reading,
     RunMetrics,
 )
 from config.logging import RunLog
@@ -47,7 +48,7 @@ from tests.factories import (
     PropertyObjectCardFactory,
     PropertyObjectDisplayOverrideFactory,
 )
-from tests.support import Exposition, free_loopback_port
+from tests.support import free_loopback_port, scraped
 
 pytestmark = pytest.mark.django_db
 
@@ -70,13 +71,13 @@ def textfile(settings, tmp_path):
     return tmp_path / "catalog_delisted_retention.prom"
 
 
-def read_textfile(path) -> Exposition:
-    return Exposition(path.read_text())
+def read_textfile(path) -> Reading:
+    return Reading.parse(path.read_text())
 
 
-def read_textfiles(path) -> Exposition:
+def read_textfiles(path) -> Reading:
     """The configured textfile and its siblings, as node-exporter's textfile collector reads the directory."""
-    return Exposition("".join(sibling.read_text() for sibling in sorted(path.parent.glob("*.prom"))))
+    return Reading.parse("".join(sibling.read_text() for sibling in sorted(path.parent.glob("*.prom"))))
 
 
 def test_a_run_pushes_its_metrics_to_the_pushgateway(settings, pushgateway):
@@ -86,7 +87,7 @@ def test_a_run_pushes_its_metrics_to_the_pushgateway(settings, pushgateway):
     before = time.time()
     result = purge(batch_size=2)
 
-    pushed = Exposition.scrape(pushgateway)
+    pushed = scraped(pushgateway)
     assert pushed.value(LAST_RUN_DELETED_CARDS, kind="property_object") == 3
     assert pushed.value(LAST_RUN_DELETED_CARDS, kind="project") == 1
     assert pushed.value(LAST_RUN_DELETED_OVERRIDES) == 3
@@ -113,7 +114,7 @@ def test_each_run_replaces_the_last_runs_gauges_and_adds_nothing_up(settings, pu
 
     purge()
 
-    pushed = Exposition.scrape(pushgateway)
+    pushed = scraped(pushgateway)
     assert pushed.value(LAST_RUN_DELETED_CARDS, kind="property_object") == 2
     assert pushed.value(LAST_RUN_DELETED_CARDS, kind="project") == 0
     assert pushed.value(LAST_RUN_BATCHES) == 1
@@ -134,14 +135,14 @@ def test_the_trace_id_of_the_last_run_is_carried_beside_its_run_id(textfile):
 def test_a_failed_run_is_the_last_run_and_leaves_the_last_success_in_place(settings, pushgateway, textfile):
     settings.PROMETHEUS_PUSHGATEWAY_URL = pushgateway
     purge()
-    last_success = Exposition.scrape(pushgateway).value(LAST_SUCCESS)
+    last_success = scraped(pushgateway).value(LAST_SUCCESS)
     PropertyObjectCardFactory.create_batch(3, long_delisted=True, title="deletable")
     PropertyObjectCardFactory(long_delisted=True, title="poison")
 
     with deletes_refused(when="OLD.title = 'poison'"), pytest.raises(PurgeFailed):
         purge()
 
-    for written in (Exposition.scrape(pushgateway), read_textfiles(textfile)):
+    for written in (scraped(pushgateway), read_textfiles(textfile)):
         assert written.value(LAST_RUN_OUTCOME, outcome="failed") == 1
         assert written.value(LAST_RUN_OUTCOME, outcome="completed") == 0
         assert written.value(LAST_RUN_DELETED_CARDS, kind="property_object") == 3  # its committed batches are final
@@ -152,13 +153,13 @@ def test_a_failed_run_is_the_last_run_and_leaves_the_last_success_in_place(setti
 def test_a_run_skipped_on_a_busy_lock_leaves_the_last_run_in_place(settings, pushgateway, textfile):
     settings.PROMETHEUS_PUSHGATEWAY_URL = pushgateway
     purge()
-    last_run = Exposition.scrape(pushgateway).value(LAST_RUN)
+    last_run = scraped(pushgateway).value(LAST_RUN)
     with psycopg.connect(database_url_of_tests(), autocommit=True) as other_instance:
         other_instance.execute("SELECT pg_advisory_lock(%s)", [advisory_lock_key(LOCK_NAME)])
 
         purge()
 
-    for written in (Exposition.scrape(pushgateway), read_textfiles(textfile)):
+    for written in (scraped(pushgateway), read_textfiles(textfile)):
         assert written.value(LAST_LOCK_BUSY) > written.value(LAST_RUN) == pytest.approx(last_run, abs=1)
         assert written.value(LAST_RUN_OUTCOME, outcome="completed") == 1
 
@@ -222,7 +223,7 @@ def test_the_textfile_parses_and_is_replaced_atomically(textfile):
 
         # The path now names a new file; the open one is the first run's, whole, never written over.
         assert os.fstat(reader_of_the_first_run.fileno()).st_ino != os.stat(textfile).st_ino
-        first = Exposition(reader_of_the_first_run.read())
+        first = Reading.parse(reader_of_the_first_run.read())
     assert first.value(LAST_RUN_DELETED_CARDS, kind="property_object") == 3
     second = read_textfile(textfile)
     assert second.value(LAST_RUN_DELETED_CARDS, kind="property_object") == 0
