@@ -22,8 +22,9 @@ from opentelemetry import trace
 
 logger = logging.getLogger(__name__)
 
-# How long the process waits at exit for its last spans to reach the collector.
+# How long the process waits at exit for its last spans to reach the collector (less after a stop: cut_flush).
 FLUSH_BOUND_SECONDS = 3.0
+flush_bound = FLUSH_BOUND_SECONDS
 DEFAULT_ENDPOINT = "http://localhost:4318"  # the SDK's, for the warning line
 SUPPORTED_PROTOCOL = "http/protobuf"
 UNDELIVERED = "tracing: spans not delivered to {endpoint} within {bound:g}s ({reason}); the run is unaffected"
@@ -138,14 +139,20 @@ class DeliveryRecord:
         return self.exporter.force_flush(timeout_millis)
 
 
+def cut_flush(seconds: float) -> None:
+    """The flush at exit waits at most `seconds`: a process asked to stop has only what is left of its bound."""
+    global flush_bound
+    flush_bound = min(flush_bound, seconds)
+
+
 def flush_at_exit(processor, exporter: DeliveryRecord) -> None:
-    """Export what is still queued, waiting at most FLUSH_BOUND_SECONDS. The SDK's shutdown may wait for a
+    """Export what is still queued, waiting at most flush_bound. The SDK's shutdown may wait for a
     collector up to 30 s, so it runs in a daemon thread of its own that the process stops waiting for at the bound
     and abandons, with the exporter's thread, at exit. One warning line if any span was lost."""
     flush = threading.Thread(target=processor.shutdown, name="tracing-flush", daemon=True)
     flush.start()
-    flush.join(FLUSH_BOUND_SECONDS)
+    flush.join(flush_bound)
     if flush.is_alive() or exporter.failed:
         reason = "still waiting for the collector" if flush.is_alive() else (
             f"{exporter.failed} batch(es) failed: the collector refused them or is unreachable")
-        logger.warning(UNDELIVERED.format(endpoint=exporter.endpoint, bound=FLUSH_BOUND_SECONDS, reason=reason))
+        logger.warning(UNDELIVERED.format(endpoint=exporter.endpoint, bound=round(flush_bound, 1), reason=reason))

@@ -34,6 +34,9 @@ WATCH_EVERY = 0.05  # seconds between the watcher's looks
 CANCEL_EVERY = 0.5
 GIVE_UP_AFTER = 2.0
 STOP_GRACE = 2.0  # what a read begun after a stop or the deadline (the end count, the unlock) may take
+# Seconds from a stop request by which the process's last wait (the trace flush at exit) ends, so that it exits
+# within 5 s of SIGTERM, its interpreter's own exit included.
+STOP_BOUND = 4.0
 SET_TIMEOUTS = """
 SELECT set_config('statement_timeout', %(statement_timeout)s, false),
        set_config('lock_timeout', %(lock_timeout)s, false),
@@ -84,6 +87,12 @@ class StopRequest:
 
     def wait(self, seconds: float) -> None:
         self._awake.wait(seconds)
+
+    def left(self, bound: float) -> float:
+        """`bound`, or less once a stop is requested: what is left of STOP_BOUND since the request."""
+        if not self._requested:
+            return bound
+        return max(0.0, min(bound, self.requested_at + STOP_BOUND - time.monotonic()))
 
     def wake(self) -> None:
         self._awake.set()

@@ -1,6 +1,7 @@
 """Waits of the job that a SIGTERM must end within STOP_SECONDS (tests/reliability/support.py), besides those other
 tests cover: the connection to a database server that never answers, the count at the end of a run that a
-migration's table lock holds up after the signal, and the metrics export to a Pushgateway that never answers; and
+migration's table lock holds up after the signal, and the metrics export to a Pushgateway that never answers, alone
+and with a trace collector that never answers either; and
 the run's deadline ending a count that such a lock holds up. Each is seen from outside: the process, its exit status and its `--json` result.
 
 Covered elsewhere: the start count and the dry run's preview behind a lock, the pause between batches
@@ -24,6 +25,7 @@ from tests.reliability.support import (
     wait_for,
 )
 from tests.support import database_url_of_tests
+from tests.tracing.receiver import running_receiver
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -104,6 +106,21 @@ def test_sigterm_while_the_metrics_export_waits_for_a_pushgateway_that_never_ans
 
     assert job.returncode == 0, stderr
     assert result["stop_reason"] == "stopped"
+
+
+def test_sigterm_with_a_silent_pushgateway_and_a_collector_that_never_answers_still_exits_within_the_bound():
+    """Both waits at the end of a process at once: the metrics export takes its bound, and the trace flush at exit,
+    which alone may wait 3 s, gets only what is left of the stop's bound."""
+    PropertyObjectCardFactory.create_batch(3, long_delisted=True)
+    with silent_server() as gateway, running_receiver(answer=None) as collector:
+        job = start_purge("--json", PROMETHEUS_PUSHGATEWAY_URL=f"http://127.0.0.1:{gateway.getsockname()[1]}",
+                          **collector.env())
+        with first_client(gateway):
+            result, stderr = stopped_within_bound(job)
+
+    assert job.returncode == 0, stderr
+    assert result["stop_reason"] == "stopped"
+    assert collector.requests >= 1 and "tracing: spans not delivered" in stderr, stderr
 
 
 def test_the_deadline_ends_a_count_waiting_for_a_migration_lock_as_a_run_stopped_by_its_time():

@@ -19,6 +19,7 @@ from tqdm import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
 from config.numbers import decimal_number, whole_number
+from config.tracing import FLUSH_BOUND_SECONDS, cut_flush
 from retention.backlog import Backlog
 from retention.limits import LIMIT_OF_FIELD, LIMITS, Limit, PurgeLimits, PurgeLimitsError, number
 from retention.results import Outcome, PurgeFailed, PurgeResult
@@ -181,7 +182,8 @@ def progress_bar(*, enabled: bool) -> Iterator[ProgressBar]:
 @contextmanager
 def stop_on_signals() -> Iterator[StopRequest]:
     """SIGTERM and SIGINT ask for a graceful stop: it cancels the statement in flight, whose batch rolls back whole,
-    and ends the run before the next batch. Outside the main thread (tests) no handler can be installed."""
+    and ends the run before the next batch; the trace flush at exit then gets what is left of the stop's bound.
+    Outside the main thread (tests) no handler can be installed."""
     stop = StopRequest()
     in_main_thread = threading.current_thread() is threading.main_thread()
     signals = (signal.SIGTERM, signal.SIGINT) if in_main_thread else ()
@@ -191,3 +193,5 @@ def stop_on_signals() -> Iterator[StopRequest]:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        if stop.requested:
+            cut_flush(stop.left(FLUSH_BOUND_SECONDS))
