@@ -124,8 +124,7 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 
 class CardAdmin(ReadOnlyAdmin):
     list_filter = ["status"]
-    # Django renders a changelist row in about 0.8 ms, whatever the table's size: 100 rows were 80 ms, most of the
-    # page and 6-7x the admin index page (docs/benchmarks.md, section 7).
+    # Rendering its rows, not the table's size, is most of a changelist page's time (docs/benchmarks.md, section 7).
     list_per_page = 50
     # Served backwards by the (updated_at, id) and (status, updated_at, id) indexes; id makes deep pages one order.
     ordering = ["-updated_at", "-id"]
