@@ -88,8 +88,9 @@ class StopRequest:
     def wait(self, seconds: float) -> None:
         self._awake.wait(seconds)
 
-    def left(self, bound: float) -> float:
-        """`bound`, or less once a stop is requested: what is left of STOP_BOUND since the request."""
+    def exit_wait(self, bound: float) -> float:
+        """How long a wait on the way out of the process may take: `bound`, or, once a stop is requested, no more
+        than what is left of STOP_BOUND since the request."""
         if not self._requested:
             return bound
         return max(0.0, min(bound, self.requested_at + STOP_BOUND - time.monotonic()))
