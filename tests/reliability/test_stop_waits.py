@@ -1,8 +1,8 @@
 """Waits of the job that a SIGTERM must end within STOP_SECONDS (tests/reliability/support.py), besides those other
 tests cover: the connection to a database server that never answers, the count at the end of a run that a
 migration's table lock holds up after the signal, and the metrics export to a Pushgateway that never answers, alone
-and with a trace collector that never answers either; and
-the run's deadline ending a count that such a lock holds up. Each is seen from outside: the process, its exit status and its `--json` result.
+and with a trace collector that never answers either; and the run's deadline ending a count that such a lock holds
+up. Each is seen from outside: the process, its exit status and its `--json` result.
 
 Covered elsewhere: the start count and the dry run's preview behind a lock, the pause between batches
 (test_stop_cancels.py), a COMMIT waiting for a gone synchronous standby (test_synchronous_commit.py), the wait for a
