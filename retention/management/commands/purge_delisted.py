@@ -193,5 +193,4 @@ def stop_on_signals() -> Iterator[StopRequest]:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-        if stop.requested:
-            cut_flush(stop.exit_wait(FLUSH_BOUND_SECONDS))
+        cut_flush(stop.exit_wait(FLUSH_BOUND_SECONDS))
