@@ -8,7 +8,6 @@ import subprocess
 import sys
 import threading
 import urllib.parse
-import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -17,7 +16,6 @@ import pytest
 from django.db import connection, connections, transaction
 
 from retention.limits import PurgeLimits
-from retention.metrics import Reading
 from retention.service import purge_delisted_cards
 from retention.session import JobSession, StopRequest
 
@@ -160,9 +158,3 @@ def free_loopback_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
-
-
-def scraped(url: str) -> Reading:
-    """The samples of a /metrics page (a Pushgateway's: every group's), read as the admin page reads a sink."""
-    with urllib.request.urlopen(f"{url}/metrics", timeout=5) as response:
-        return Reading.parse(response.read().decode())

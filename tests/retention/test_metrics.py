@@ -13,6 +13,7 @@ from io import StringIO
 
 import psycopg
 import pytest
+from django.conf import settings as django_settings
 from django.core.management import call_command
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
@@ -34,6 +35,7 @@ from retention.metrics import (
     LAST_SUCCESS,
     MAX_RUN_DURATION,
     OLDEST_OVERDUE_AGE,
+    Pushgateway,
     Reading,
     RunMetrics,
 )
@@ -48,7 +50,7 @@ from tests.factories import (
     PropertyObjectCardFactory,
     PropertyObjectDisplayOverrideFactory,
 )
-from tests.support import free_loopback_port, scraped
+from tests.support import free_loopback_port
 
 pytestmark = pytest.mark.django_db
 
@@ -69,6 +71,11 @@ def catalog_with_overdue_cards() -> None:
 def textfile(settings, tmp_path):
     settings.DELISTED_RETENTION_METRICS_TEXTFILE = str(tmp_path / "catalog_delisted_retention.prom")
     return tmp_path / "catalog_delisted_retention.prom"
+
+
+def scraped(url: str) -> Reading:
+    """The job's group on the gateway at `url`, read as the admin page reads that sink."""
+    return Pushgateway(url, django_settings.PROMETHEUS_PUSHGATEWAY_INSTANCE).read(timeout=5)
 
 
 def read_textfile(path) -> Reading:
