@@ -259,6 +259,12 @@ def test_kubernetes_cronjob_runs_one_at_a_time_at_0330_moscow_and_stops_graceful
     assert container["command"][-2:] == ["manage.py", "purge_delisted"]
 
 
+def test_kubernetes_cronjob_pod_mounts_no_service_account_token():
+    (cronjob,) = yaml.safe_load_all(CRONJOB.read_text())
+
+    assert cronjob["spec"]["jobTemplate"]["spec"]["template"]["spec"]["automountServiceAccountToken"] is False
+
+
 @pytest.mark.parametrize("version", KUBERNETES_VERSIONS)
 def test_kubernetes_cronjob_is_valid_for_current_kubernetes_versions(version):
     (cronjob,) = yaml.safe_load_all(CRONJOB.read_text())

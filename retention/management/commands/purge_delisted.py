@@ -20,6 +20,7 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 
 from config.numbers import decimal_number, whole_number
 from config.tracing import FLUSH_BOUND_SECONDS, cut_flush
+from config.version import VERSION
 from retention.backlog import Backlog
 from retention.limits import LIMIT_OF_FIELD, LIMITS, Limit, PurgeLimits, PurgeLimitsError, number
 from retention.results import Outcome, PurgeFailed, PurgeResult
@@ -66,6 +67,10 @@ class Command(BaseCommand):
     # Options override settings, so the settings check (retention.checks) must not stop a run the options fix;
     # the command validates the limits it is given.
     requires_system_checks = []
+
+    def get_version(self):
+        """`--version` names the deployed project (pyproject.toml), not Django."""
+        return VERSION
 
     def create_parser(self, prog_name, subcommand, **kwargs):
         # A deleting job does not guess: `--retention` is not taken for `--retention-days`.
