@@ -78,11 +78,22 @@ if APP_ENV not in ("development", "production"):
 PRODUCTION = APP_ENV == "production"
 
 DEBUG = env_bool("DJANGO_DEBUG", False)
+# The marks of a key anyone can read: the example docs/production.md once showed
+# (change-me-to-at-least-fifty-random-characters-0123456789), "change me" texts, Django's startproject key. Such a key
+# of 50 characters or more passes every other check, and a web app sharing the file would sign with it.
+PLACEHOLDER_SECRET_KEY_MARKS = ("change-me", "change_me", "changeme", "django-insecure-")
+GENERATE_SECRET_KEY = "python3 -c 'import secrets; print(secrets.token_urlsafe(50))'"
+
 if PRODUCTION:
     SECRET_KEY = env.str("DJANGO_SECRET_KEY", default="")
     if len(SECRET_KEY) < 50:
         raise ImproperlyConfigured(
             "DJANGO_SECRET_KEY must be set to a random string of at least 50 characters in production"
+        )
+    if any(mark in SECRET_KEY.lower() for mark in PLACEHOLDER_SECRET_KEY_MARKS):
+        raise ImproperlyConfigured(
+            "DJANGO_SECRET_KEY is a published example or placeholder, not a secret: generate one with "
+            + GENERATE_SECRET_KEY
         )
 else:
     SECRET_KEY = env.str("DJANGO_SECRET_KEY", default="") or "development-only-key-never-use-in-production"

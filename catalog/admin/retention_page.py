@@ -3,11 +3,11 @@ and how the last one went. Staff only, read-only, and a fixed number of queries 
 backlog aggregates, one held-back count and the cards becoming deletable on each of the next days
 (retention.backlog, catalog.admin.retention_chart), from which the preview of the next run is reckoned
 (retention.preview.preview_run) rather than counted again and the chart drawn. The last run comes from the metrics sink
-the job writes. It lives with the catalog's admin; the job (retention/) knows nothing of it.
+the job writes (retention.last_run, which `purge_delisted --last-run` reads too). It lives with the catalog's admin;
+the job (retention/) knows nothing of it.
 """
 
-from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 from django.conf import settings
 from django.contrib import admin
@@ -17,102 +17,11 @@ from django.urls import path
 from catalog.admin.cards import ReadOnlyAdmin
 from catalog.admin.retention_chart import CHART_DAYS, BacklogChart, count_becoming_deletable
 from catalog.models import DelistedRetention
-from retention import metrics
 from retention.backlog import compute_cutoff, measure_backlog
+from retention.last_run import LastRun, read_last_run
 from retention.limits import LIMITS, PurgeLimits, PurgeLimitsError
 from retention.preview import held_back_after, preview_run
-from retention.results import Outcome
 from retention.session import Session
-
-# A page must not hang on a Pushgateway that accepts connections and never answers.
-SINK_READ_TIMEOUT_SECONDS = 2
-
-OUTCOME_WORDING = {
-    Outcome.COMPLETED: "Finished: every overdue card is gone",
-    Outcome.HAS_MORE: "Stopped at its nightly limit: the overdue cards left wait for the next night",
-    Outcome.STOPPED: "Stopped before it finished (shut down by the system or an operator)",
-    Outcome.FAILED: "Failed: some cards could not be deleted; an operator should look at the job's log",
-}
-
-
-@dataclass(frozen=True)
-class LastRun:
-    """The last run that took the lock, as a metrics sink holds it. `overdue_left` is (property objects, projects),
-    None when that run counted none of its own (a failure); `skipped_at` is a later start skipped because a run
-    held the lock."""
-
-    source: str
-    outcome: Outcome
-    wording: str
-    ended_at: datetime
-    duration_seconds: float
-    batches: int
-    deleted_property_object_cards: int
-    deleted_project_cards: int
-    deleted_overrides: int
-    overdue_left: tuple[int, int] | None
-    last_success_at: datetime | None
-    skipped_at: datetime | None
-    run_id: str | None
-    trace_id: str | None
-
-    @property
-    def took(self) -> str:
-        if self.duration_seconds < 1:
-            return "under a second"
-        if self.duration_seconds < 120:
-            return f"{self.duration_seconds:.0f} seconds"
-        return f"{self.duration_seconds / 60:.0f} minutes"
-
-
-def last_run_of(reading: metrics.Reading, source: str) -> LastRun | None:
-    ended = reading.value(metrics.LAST_RUN)
-    outcome = next(
-        (name for name in metrics.RUN_OUTCOMES if reading.value(metrics.LAST_RUN_OUTCOME, outcome=name) == 1), None
-    )
-    if ended is None or outcome is None:
-        return None
-
-    def count(name: str, **labels: str) -> int:
-        return int(reading.value(name, **labels) or 0)
-
-    success = reading.value(metrics.LAST_SUCCESS)
-    skipped = reading.value(metrics.LAST_LOCK_BUSY) or 0
-    info = reading.labels(metrics.LAST_RUN_INFO) or {}
-    return LastRun(
-        source=source,
-        outcome=outcome,
-        wording=OUTCOME_WORDING[outcome],
-        ended_at=datetime.fromtimestamp(ended, UTC),
-        duration_seconds=reading.value(metrics.LAST_RUN_DURATION) or 0.0,
-        batches=count(metrics.LAST_RUN_BATCHES),
-        deleted_property_object_cards=count(metrics.LAST_RUN_DELETED_CARDS, kind="property_object"),
-        deleted_project_cards=count(metrics.LAST_RUN_DELETED_CARDS, kind="project"),
-        deleted_overrides=count(metrics.LAST_RUN_DELETED_OVERRIDES),
-        overdue_left=None if outcome == Outcome.FAILED else (
-            count(metrics.BACKLOG, kind="property_object", scope="overdue"),
-            count(metrics.BACKLOG, kind="project", scope="overdue"),
-        ),
-        last_success_at=None if success is None else datetime.fromtimestamp(success, UTC),
-        skipped_at=datetime.fromtimestamp(skipped, UTC) if skipped > ended else None,
-        run_id=info.get("run_id") or None,
-        trace_id=info.get("trace_id") or None,
-    )
-
-
-def read_last_run() -> dict:
-    """The last run from the first configured sink that recorded one, or why there is none to show."""
-    sinks = metrics.configured_sinks()
-    problems = []
-    for sink in sinks:
-        try:
-            reading = sink.read(timeout=SINK_READ_TIMEOUT_SECONDS)
-        except Exception as error:  # a missing gateway, an unreadable file: the page shows it and goes on
-            problems.append(f"{sink}: {error}")
-            continue
-        if last_run := last_run_of(reading, str(sink)):
-            return {"last_run": last_run}
-    return {"sinks": [str(sink) for sink in sinks], "sink_problems": problems}
 
 
 def settings_rows() -> list[tuple[str, str, object, str]]:
@@ -179,12 +88,14 @@ class DelistedRetentionAdmin(ReadOnlyAdmin):
         return [path("", view, name="catalog_delistedretention_changelist")]
 
     def changelist_view(self, request, extra_context=None):
-        last_run = read_last_run()
+        reading = read_last_run()
         context = {
             **self.admin_site.each_context(request),
             "title": "Delisted retention",
             "opts": self.model._meta,
-            **backlog_report(last_run.get("last_run")),
-            **last_run,
+            **backlog_report(reading.last_run),
+            "last_run": reading.last_run,
+            "sinks": reading.sinks,
+            "sink_problems": reading.sink_problems,
         }
         return TemplateResponse(request, "admin/catalog/delisted_retention.html", context)

@@ -1,12 +1,16 @@
 """The schedule units under deploy/: 03:30 Europe/Moscow, one run at a time, a graceful stop longer than a batch;
-hardened: the systemd sandbox by `systemd-analyze security`, the CronJob by the restricted Pod Security Standard
-and the Kubernetes schemas, the cron line's exit status is the job's."""
+the systemd unit's metrics and JSON logs not undone by an environment file made from .env.example; hardened: the
+systemd sandbox by `systemd-analyze security`, the CronJob by the restricted Pod Security Standard and the Kubernetes
+schemas, the cron line's exit status is the job's."""
 
 import configparser
 import re
+import secrets
+import shlex
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import kubernetes_validate
 import pytest
@@ -105,6 +109,99 @@ def test_systemd_analyze_verify_finds_nothing_in_the_units(tmp_path):
     assert (checked.returncode, checked.stdout + checked.stderr) == (0, "")
 
 
+def service_lines(text: str) -> list[tuple[str, str]]:
+    """The [Service] section's (key, value) pairs in order, as systemd.syntax(7) reads them: a line ending in a
+    backslash goes on with the next, whose comment lines are skipped; `#` and `;` lines are comments."""
+    pairs, section, pending = [], None, ""
+    for line in text.splitlines():
+        stripped = line.strip()
+        if stripped.startswith(("#", ";")) or not (stripped or pending):
+            continue
+        if stripped.endswith("\\"):
+            pending += stripped[:-1] + " "
+            continue
+        logical, pending = pending + stripped, ""
+        if logical.startswith("["):
+            section = logical.strip("[]")
+        elif section == "Service" and "=" in logical:
+            key, value = logical.split("=", 1)
+            pairs.append((key.strip(), value.strip()))
+    return pairs
+
+
+def environment_file_variables(path) -> dict[str, str]:
+    """An EnvironmentFile= as systemd.exec(5) reads it: VAR=VALUE lines, `#` and `;` comments, quotes removed."""
+    variables = {}
+    for line in path.read_text().splitlines():
+        line = line.strip()
+        if line and not line.startswith(("#", ";")):
+            name, value = line.split("=", 1)
+            variables[name.strip()] = " ".join(shlex.split(value)) if value.strip() else ""
+    return variables
+
+
+def service_process(text: str) -> tuple[dict[str, str], list[str], str]:
+    """The environment, command line and working directory the unit's ExecStart= runs with. systemd.exec(5): the
+    Environment= assignments in order, then the EnvironmentFile= files in order, whose variables override those of
+    Environment= wherever each line stands."""
+    pairs = service_lines(text)
+    environment = {}
+    for key, value in pairs:
+        if key == "Environment":
+            environment |= dict(assignment.split("=", 1) for assignment in shlex.split(value))
+    for key, value in pairs:
+        if key == "EnvironmentFile":
+            environment |= environment_file_variables(Path(value.removeprefix("-")))
+    (command,) = [value for key, value in pairs if key == "ExecStart"]
+    (directory,) = [value for key, value in pairs if key == "WorkingDirectory"]
+    return environment, shlex.split(command), directory
+
+
+def test_an_environment_file_overrides_environment_lines_as_systemd_documents(tmp_path):
+    shared = tmp_path / "shared.env"
+    shared.write_text("# made from .env.example\nLOG_FORMAT=text\nDELISTED_RETENTION_METRICS_TEXTFILE=\n")
+    unit = (
+        f"[Service]\nEnvironment=LOG_FORMAT=json\nEnvironmentFile={shared}\nWorkingDirectory=/srv\n"
+        "Environment=DELISTED_RETENTION_METRICS_TEXTFILE=/var/lib/metrics.prom\nExecStart=/usr/bin/true\n"
+    )
+
+    environment, _, _ = service_process(unit)
+
+    assert environment == {"LOG_FORMAT": "text", "DELISTED_RETENTION_METRICS_TEXTFILE": ""}
+
+
+SETTINGS_OF_THE_RUN = (
+    "from django.conf import settings; from retention.metrics import configured_sinks; "
+    "print(settings.LOG_FORMAT); print(*configured_sinks(), sep=', ')"
+)
+
+
+def test_an_environment_file_made_from_env_example_leaves_the_units_metrics_and_json_logs_on(tmp_path):
+    # The operator's file: .env.example with production, a key and the real database; the rest as it comes.
+    production = {"APP_ENV": "production", "DJANGO_SECRET_KEY": secrets.token_urlsafe(50)}
+    shared = tmp_path / "catalog.env"
+    shared.write_text("".join(
+        f"{line.split('=', 1)[0]}={production[line.split('=', 1)[0]]}\n" if line.split("=", 1)[0] in production
+        else f"{line}\n" for line in (PROJECT_ROOT / ".env.example").read_text().splitlines()
+    ))
+    assert environment_file_variables(shared)["DELISTED_RETENTION_METRICS_TEXTFILE"] == ""
+    checkout = installed_checkout(tmp_path / "srv")
+    unit = SERVICE.read_text().replace(INSTALL_DIR, str(checkout)).replace("/etc/catalog/catalog.env", str(shared))
+    environment, command, directory = service_process(unit)
+    assert command[-2:] == ["manage.py", "purge_delisted"]
+
+    # The unit's command line as systemd would exec it, with the job's settings printed instead of a run.
+    run = subprocess.run(
+        [*command[:-1], "shell", "--verbosity", "0", "-c", SETTINGS_OF_THE_RUN], cwd=directory,
+        env=environment | {"PATH": "/usr/bin:/bin"}, capture_output=True, text=True, timeout=60,
+    )
+
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.splitlines() == [
+        "json", "textfile /var/lib/prometheus/node-exporter/catalog_delisted_retention.prom"
+    ]
+
+
 def crontab() -> tuple[dict[str, str], str, str]:
     """The crontab's variables, and its job line's user and command."""
     lines = [line for line in CRONTAB.read_text().splitlines() if line and not line.startswith("#")]
@@ -160,6 +257,12 @@ def test_kubernetes_cronjob_runs_one_at_a_time_at_0330_moscow_and_stops_graceful
     assert pod["terminationGracePeriodSeconds"] > LONGEST_BATCH_SECONDS
     (container,) = pod["containers"]
     assert container["command"][-2:] == ["manage.py", "purge_delisted"]
+
+
+def test_kubernetes_cronjob_pod_mounts_no_service_account_token():
+    (cronjob,) = yaml.safe_load_all(CRONJOB.read_text())
+
+    assert cronjob["spec"]["jobTemplate"]["spec"]["template"]["spec"]["automountServiceAccountToken"] is False
 
 
 @pytest.mark.parametrize("version", KUBERNETES_VERSIONS)

@@ -4,9 +4,11 @@ stops every command at start-up with one clear line. Each case is a real `manage
 
 import json
 import secrets
+import shlex
 import subprocess
 
 import pytest
+from django.conf import settings
 
 from tests.support import PROJECT_ROOT, manage_command
 from tests.reliability.support import WAIT_SECONDS, job_environment
@@ -82,3 +84,29 @@ def test_production_without_a_real_secret_key_stops_at_start_up_in_one_line(comm
     assert run.stderr.strip().splitlines() == [
         "configuration error: DJANGO_SECRET_KEY must be set to a random string of at least 50 characters in production"
     ]
+
+
+PUBLISHED_EXAMPLE_KEY = "change-me-to-at-least-fifty-random-characters-0123456789"  # docs/production.md once showed it
+
+
+@pytest.mark.parametrize(
+    "secret_key",
+    [PUBLISHED_EXAMPLE_KEY, "CHANGE-ME-" + secrets.token_urlsafe(50), "django-insecure-" + secrets.token_urlsafe(50)],
+    ids=["the published example", "a change-me text", "a startproject key"],
+)
+def test_production_refuses_a_published_or_placeholder_secret_key_in_one_line(secret_key):
+    run = run_manage_py("check", env=production_environment(DJANGO_SECRET_KEY=secret_key))
+
+    assert run.returncode == 2
+    assert run.stderr.strip().splitlines() == [
+        "configuration error: DJANGO_SECRET_KEY is a published example or placeholder, not a secret: generate one "
+        f"with {settings.GENERATE_SECRET_KEY}"
+    ]
+
+
+def test_a_key_generated_as_the_refusal_says_is_accepted():
+    generated = subprocess.run(
+        shlex.split(settings.GENERATE_SECRET_KEY), capture_output=True, text=True, check=True, timeout=WAIT_SECONDS
+    ).stdout.strip()
+
+    assert effective_settings(production_environment(DJANGO_SECRET_KEY=generated))["SECRET_KEY"] == generated

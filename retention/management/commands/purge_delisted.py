@@ -20,7 +20,9 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 
 from config.numbers import decimal_number, whole_number
 from config.tracing import FLUSH_BOUND_SECONDS, cut_flush
+from config.version import VERSION
 from retention.backlog import Backlog
+from retention.last_run import last_run_report
 from retention.limits import LIMIT_OF_FIELD, LIMITS, Limit, PurgeLimits, PurgeLimitsError, number
 from retention.results import Outcome, PurgeFailed, PurgeResult
 from retention.service import job_database, purge_delisted_cards
@@ -67,6 +69,10 @@ class Command(BaseCommand):
     # the command validates the limits it is given.
     requires_system_checks = []
 
+    def get_version(self):
+        """`--version` names the deployed project (pyproject.toml), not Django."""
+        return VERSION
+
     def create_parser(self, prog_name, subcommand, **kwargs):
         # A deleting job does not guess: `--retention` is not taken for `--retention-days`.
         parser = super().create_parser(prog_name, subcommand, allow_abbrev=False, epilog=EXIT_CODES, **kwargs)
@@ -88,6 +94,10 @@ class Command(BaseCommand):
         )
         parser.add_argument("--dry-run", action="store_true", help="count what would be deleted; delete nothing")
         parser.add_argument("--json", action="store_true", help="print the result as one JSON object")
+        parser.add_argument(
+            "--last-run", action="store_true",
+            help="print the last run (from the metrics sink the admin page reads) and the backlog now; run nothing",
+        )
 
     def execute(self, *args, **options):
         """From the command line, an error is logged (one line, in the log format) instead of printed."""
@@ -110,6 +120,10 @@ class Command(BaseCommand):
                 f"--database: no database alias {using!r} (configured: {', '.join(settings.DATABASES)})",
                 returncode=2,
             )
+        if options["last_run"]:
+            report = last_run_report(limits=limits, using=using)
+            self.stdout.write(json.dumps(report.as_dict()) if options["json"] else report.summary())
+            return
         verbosity = options["verbosity"]
         if verbosity in LOG_LEVEL_OF_VERBOSITY:
             logging.getLogger("retention").setLevel(LOG_LEVEL_OF_VERBOSITY[verbosity])
