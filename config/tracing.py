@@ -133,10 +133,16 @@ def trace_requests(provider, environ) -> None:
 
 
 def name_by_route(span, request, response) -> None:
+    """The instrumentation's response hook: the route's template as http.route and in the span's name, and url.path,
+    which the conventions require of a server span and the instrumentation leaves out."""
     from opentelemetry.semconv.attributes.http_attributes import HTTP_ROUTE
+    from opentelemetry.semconv.attributes.url_attributes import URL_PATH
 
+    if not span.is_recording():
+        return
+    span.set_attribute(URL_PATH, request.path)
     match = request.resolver_match
-    if match is not None and match.route and span.is_recording():
+    if match is not None and match.route:
         route = route_template(match.route)
         span.set_attribute(HTTP_ROUTE, route)
         span.update_name(f"{request.method} {route}")

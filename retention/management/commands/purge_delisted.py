@@ -75,6 +75,7 @@ class Command(BaseCommand):
         super().__init__(*args, **kwargs)
         self.run_id = uuid.uuid4()
         self.json_wanted = False
+        self.result: PurgeResult | None = None  # the run's, once the service returned one
         self.result_printed = False
 
     def create_parser(self, prog_name, subcommand, **kwargs):
@@ -132,12 +133,12 @@ class Command(BaseCommand):
         then exit with the error's status."""
         logger.error(ERROR_PREFIX + str(error), exc_info=bug)
         run = trace.get_current_span()
-        if not self.result_printed:
-            result = PurgeResult(run_id=self.run_id, cutoff=None, stop_reason=StopReason.FAILED,
-                                 outcome=Outcome.FAILED, error=str(error), trace_id=current_trace_id())
-            run.set_attributes(result_attributes(result))
-            if self.json_wanted:
-                self.print_result(result, {"json": True})
+        if self.result is None:  # the service never ran: a bad option or setting, a bug
+            self.result = PurgeResult(run_id=self.run_id, cutoff=None, stop_reason=StopReason.FAILED,
+                                      outcome=Outcome.FAILED, error=str(error), trace_id=current_trace_id())
+            run.set_attributes(result_attributes(self.result))
+        if self.json_wanted and not self.result_printed:
+            self.print_result(self.result, {"json": True})
         failed(run, error)
         sys.exit(error.returncode)
 
@@ -164,7 +165,9 @@ class Command(BaseCommand):
                     on_batch=progress.update, using=using, run_id=self.run_id,
                 )
             except PurgeFailed as failure:
-                self.print_result(failure.result, options)
+                self.result = failure.result
+                if failure.result.cutoff is not None:  # a run that never started has no summary: its error says it
+                    self.print_result(failure.result, options)
                 raise CommandError(failure.result.error, returncode=1) from None
         self.print_result(result, options)
 
@@ -174,7 +177,7 @@ class Command(BaseCommand):
         level = logging.ERROR if result.outcome is Outcome.FAILED else logging.INFO
         if options["json"]:
             self.stdout.write(syslog_prefixed(json.dumps(result.as_dict()), self.stdout, level))
-        elif options.get("verbosity", 1) >= 1:
+        elif options["verbosity"] >= 1:
             self.stdout.write(syslog_prefixed(summary(result), self.stdout, level))
 
 
