@@ -3,9 +3,12 @@ error line included, carry its run id and trace id, and that trace id finds the 
 which covers the final line. The resource names the service, its version and its environment."""
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from datetime import datetime
 
 import pytest
+from django.db import connection
 
 from tests.factories import PropertyObjectCardFactory
 from tests.support import deletes_refused, free_loopback_port
@@ -18,21 +21,44 @@ def unreachable_database() -> dict:
     return {"DATABASE_URL": f"postgres://postgres@127.0.0.1:{free_loopback_port()}/catalog"}
 
 
-FAILURES = {
-    "unreachable-database": ((), unreachable_database, 1),
-    "bad-option": (("--no-such-option",), dict, 2),
-    "bad-limit": (("--batch-size", "0"), dict, 2),
-    "culprits": ((), dict, 1),
+@contextmanager
+def connection_lost_in_a_batch() -> Iterator[None]:
+    """The job's session ends under its first batch: a trigger on the cards terminates the backend deleting them."""
+    with connection.cursor() as cursor:
+        cursor.execute("""
+            CREATE FUNCTION public.lose_connection() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN PERFORM pg_terminate_backend(pg_backend_pid()); RETURN OLD; END $$;
+            CREATE TRIGGER lose_connection BEFORE DELETE ON catalog.property_object_cards
+                FOR EACH ROW EXECUTE FUNCTION public.lose_connection();
+        """)
+    try:
+        yield
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("DROP TRIGGER lose_connection ON catalog.property_object_cards; "
+                           "DROP FUNCTION public.lose_connection()")
+
+
+def refused_deletes_of(card):
+    return deletes_refused(when=f"OLD.id = '{card.id}'")
+
+
+FAILURES = {  # options, environment, what the database does, exit status
+    "unreachable-database": ((), unreachable_database, None, 1),
+    "bad-option": (("--no-such-option",), dict, None, 2),
+    "bad-limit": (("--batch-size", "0"), dict, None, 2),
+    "culprits": ((), dict, refused_deletes_of, 1),
+    "lost-connection": ((), dict, lambda card: connection_lost_in_a_batch(), 1),
 }
 
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("failure", FAILURES)
 def test_a_failed_run_is_found_in_the_receiver_by_the_trace_id_its_own_output_carries(receiver, failure):
-    options, environment, exit_status = FAILURES[failure]
-    poison = PropertyObjectCardFactory(long_delisted=True)
+    options, environment, database_fault, exit_status = FAILURES[failure]
+    card = PropertyObjectCardFactory(long_delisted=True)
 
-    with deletes_refused(when=f"OLD.id = '{poison.id}'"):
+    with database_fault(card) if database_fault else nullcontext():
         completed = run_traced("purge_delisted", "--json", *options, receiver=receiver, LOG_FORMAT="json",
                                **environment())
 
