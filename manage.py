@@ -4,6 +4,8 @@ import logging
 import os
 import sys
 
+TRACED_COMMAND = "purge_delisted"
+
 
 def main():
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
@@ -11,17 +13,21 @@ def main():
     from django.core.exceptions import ImproperlyConfigured
     from django.core.management import execute_from_command_line
 
-    from config.tracing import configure_tracing
+    from config.tracing import JOB_SERVICE_NAME, configure_tracing
 
     try:
         # The settings and the log format first (inside the try: they may be what is wrong), so that tracing's
-        # warning lines are log lines too; then tracing, before any command runs.
+        # warning lines are log lines too; then tracing, before the command runs. Only the job traces: a migration,
+        # a seed or a check sends nothing, whatever OTEL_* variables a shared environment file holds.
         django.setup()
-        configure_tracing()
+        if sys.argv[1:2] == [TRACED_COMMAND]:
+            configure_tracing(service_name=JOB_SERVICE_NAME)
         execute_from_command_line(sys.argv)
     except ImproperlyConfigured as error:
         # A bad deploy setting is an operator's mistake, not a bug: one line, exit 2.
-        print(configuration_error_line(error), file=sys.stderr)
+        from config.logging import syslog_prefixed
+
+        print(syslog_prefixed(configuration_error_line(error), sys.stderr, logging.ERROR), file=sys.stderr)
         sys.exit(2)
     except Exception:
         # Through logging, so that with LOG_FORMAT=json even a traceback is one JSON line.

@@ -68,10 +68,11 @@ FLOOR_PROJECTS = """
 def setup_django(database_url: str) -> None:
     os.environ["DATABASE_URL"] = database_url
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
-    from config.tracing import configure_tracing
+    from config.tracing import JOB_SERVICE_NAME, configure_tracing
 
-    configure_tracing()  # as manage.py does: on only when the environment has OTEL_* variables (section 8)
     django.setup()
+    # As manage.py does for the job: on only when the environment has OTEL_* variables (section 8).
+    configure_tracing(service_name=JOB_SERVICE_NAME)
 
 
 def timed_job(*, database_url: str, batch_size: int, batch_pause_ms: int, max_batches: int) -> dict:

@@ -1,9 +1,14 @@
 """Log formatters for stderr: `text` for people, `json` for journald / Loki. Both stamp records in ISO 8601 UTC,
 render each structured field (`extra`) once — the message says what happened, the fields say which and how many —
-and keep every line within MAX_LINE_BYTES, so that syslog and journald never split a record."""
+and keep every line within MAX_LINE_BYTES, so that syslog and journald never split a record. Under systemd each line
+starts with its syslog priority (JournalStreamHandler), which journald reads and strips."""
 
+import io
 import json
 import logging
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime, timezone
 
 from opentelemetry import trace
@@ -90,16 +95,66 @@ class JsonFormatter(jsonlogger.JsonFormatter):
         return log_data
 
 
+# Fields every line of the process carries while a `carried` block lasts: a job's run_id and trace_id, on the lines
+# outside its spans too (the trace's flush warning after the root span ended) and those of its other threads.
+CARRIED: dict = {}
+
+
+@contextmanager
+def carried(**fields) -> Iterator[dict]:
+    """Every log line of the block carries `fields` (those not None), and any set in the yielded dict."""
+    previous = dict(CARRIED)
+    CARRIED.update(fields)
+    try:
+        yield CARRIED
+    finally:
+        CARRIED.clear()
+        CARRIED.update(previous)
+
+
 class TraceContext(logging.Filter):
     """Stamps a record with the trace_id and span_id of the span in progress (32 and 16 lowercase hex digits, as
-    tracing backends show them), so that a log line and its trace find each other. Nothing without a span."""
+    tracing backends show them), so that a log line and its trace find each other; nothing without a sampled span,
+    whose trace is never exported. Then the CARRIED fields a record has not got."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         context = trace.get_current_span().get_span_context()
-        if context.is_valid:
+        if context.trace_flags.sampled:
             record.trace_id = trace.format_trace_id(context.trace_id)
             record.span_id = trace.format_span_id(context.span_id)
+        for name, value in CARRIED.items():
+            if value is not None and not hasattr(record, name):
+                setattr(record, name, value)
         return True
+
+
+# syslog's priorities (RFC 5424) of the logging levels: what journald files a line under (`journalctl -p`).
+SYSLOG_PRIORITIES = ((logging.CRITICAL, 2), (logging.ERROR, 3), (logging.WARNING, 4), (logging.INFO, 6))
+DEBUG_PRIORITY = 7
+
+
+def syslog_prefixed(text: str, stream, level: int) -> str:
+    """`text` with `<priority>` before each of its lines when `stream` is the journal's, which systemd names in
+    JOURNAL_STREAM (`device:inode` of the stream it connected); as it is anywhere else. journald reads the prefix and
+    strips it (SyslogLevelPrefix=, on by default), so the stored message stays plain text or pure JSON."""
+    journal_stream = os.environ.get("JOURNAL_STREAM")
+    if not journal_stream:
+        return text
+    try:
+        status = os.fstat(stream.fileno())
+    except (AttributeError, OSError, ValueError, io.UnsupportedOperation):
+        return text  # not a file: a test's StringIO
+    if journal_stream != f"{status.st_dev}:{status.st_ino}":
+        return text
+    priority = next((priority for floor, priority in SYSLOG_PRIORITIES if level >= floor), DEBUG_PRIORITY)
+    return "\n".join(f"<{priority}>{line}" for line in text.split("\n"))
+
+
+class JournalStreamHandler(logging.StreamHandler):
+    """A stream handler whose lines carry their syslog priority when the stream is the journal's (syslog_prefixed)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return syslog_prefixed(super().format(record), self.stream, record.levelno)
 
 
 class RunLog(logging.LoggerAdapter):

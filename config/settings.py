@@ -69,6 +69,8 @@ def database_from_url(name: str, default: str) -> dict:
     # A server that never answers (a dead host, a pooler with no server to give) would hold a connect for the
     # operating system's TCP timeout, minutes; `?connect_timeout=N` in the URL sets another bound.
     config.setdefault("OPTIONS", {}).setdefault("connect_timeout", CONNECT_TIMEOUT_SECONDS)
+    # Django's PostgreSQL backend, its statements, commits and rollbacks spans when tracing is on (config.database).
+    config["ENGINE"] = "config.database"
     return config
 
 
@@ -238,18 +240,19 @@ LOGGING = {
         "text": {"()": "config.logging.TextFormatter"},
         "json": {"()": "config.logging.JsonFormatter"},
     },
-    # Each line carries the trace_id and span_id of the span in progress, when tracing is on (config.tracing).
+    # Each line carries the trace_id and span_id of the span in progress, when tracing is on (config.tracing), and
+    # the run's ids while a job runs (config.logging.carried).
     "filters": {"trace_context": {"()": "config.logging.TraceContext"}},
     "handlers": {
-        # stderr: a command's result owns stdout.
-        "stderr": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT, "stream": "ext://sys.stderr",
-                   "filters": ["trace_context"]},
+        # stderr: a command's result owns stdout. Under systemd each line starts with its syslog priority.
+        "stderr": {"class": "config.logging.JournalStreamHandler", "formatter": LOG_FORMAT,
+                   "stream": "ext://sys.stderr", "filters": ["trace_context"]},
     },
     "root": {"handlers": ["stderr"], "level": "WARNING"},
     "loggers": {
         "catalog": {"level": LOG_LEVEL},
         "retention": {"level": LOG_LEVEL},
-        # The SDK's exporter logs a line per retry and per failed batch: config.tracing says it once, at exit.
+        # The SDK's exporter logs a line per retry and per failed batch: config.tracing says it once, at the end.
         "opentelemetry": {"level": "CRITICAL"},
     },
 }

@@ -1,34 +1,49 @@
-"""OpenTelemetry traces of the job and the web app, configured by the standard OTEL_* variables and nothing else.
+"""OpenTelemetry traces of the job and the web app, configured by the standard OTEL_* variables.
 
-Tracing is on when any OTEL_* variable is set (unless OTEL_SDK_DISABLED=true or OTEL_TRACES_EXPORTER=none): spans
-go through a batch processor to an OTLP/HTTP (protobuf) endpoint, OTEL_EXPORTER_OTLP_ENDPOINT or the SDK's default
+Only two entry points trace: `manage.py purge_delisted` (manage.py) and the web app (config/wsgi.py), each with its
+own default service name; every other management command stays untraced whatever the environment holds. Tracing is
+on when any OTEL_* variable is set (unless OTEL_SDK_DISABLED=true or OTEL_TRACES_EXPORTER=none): spans go through a
+batch processor to an OTLP/HTTP (protobuf) endpoint, OTEL_EXPORTER_OTLP_ENDPOINT or the SDK's default
 http://localhost:4318. With none set nothing here runs: the SDK is not even imported, the code's spans are the
 OpenTelemetry API's no-op, and no thread is started.
 
-A tracing backend must never change what a run does. The spans are exported by the processor's own thread, and
-at exit the process waits at most FLUSH_BOUND_SECONDS for what is still queued: a collector that is down, refuses, or
-accepts and never answers costs a night at most that, and one warning line on stderr; the exit code is the run's.
-`TRACEPARENT` (and `TRACESTATE`) in the environment, as a traced scheduler passes them, make every span of the
-process a child of that trace.
+A tracing backend must never change what a run does. The spans are exported by the processor's own thread, and the
+flush at the end (flush_traces) waits at most FLUSH_BOUND_SECONDS for what is still queued, REFUSED_BOUND_SECONDS
+once the collector refused a connection: a collector that is down, refuses, or accepts and never answers costs a
+night at most that, and one warning line on stderr; the exit code is the run's. `TRACEPARENT` (and `TRACESTATE`) in
+the environment, as a traced scheduler passes them, make every span of the process a child of that trace.
 """
 
 import atexit
-import functools
 import logging
 import os
+import re
 import threading
+import time
 
 from opentelemetry import trace
 
 logger = logging.getLogger(__name__)
 
-# How long the process waits at exit for its last spans to reach the collector (less after a stop: cut_flush).
+JOB_SERVICE_NAME = "catalog-delisted-retention"
+WEB_SERVICE_NAME = "catalog-web"
+# How long the process waits at the end for its last spans to reach the collector (less after a stop: cut_flush).
 FLUSH_BOUND_SECONDS = 3.0
+# ... and once the collector refused a connection: the spans left would be refused too.
+REFUSED_BOUND_SECONDS = 0.5
+FLUSH_WATCH_EVERY = 0.05
 flush_bound = FLUSH_BOUND_SECONDS
 DEFAULT_ENDPOINT = "http://localhost:4318"  # the SDK's, for the warning line
 SUPPORTED_PROTOCOL = "http/protobuf"
-UNDELIVERED = "tracing: spans not delivered to {endpoint} within {bound:g}s ({reason}); the run is unaffected"
+# The web app's requests left untraced unless OTEL_PYTHON_DJANGO_EXCLUDED_URLS says otherwise: Prometheus' scrapes.
+EXCLUDED_URLS = r"/metrics(\?|$)"
+UNDELIVERED = "tracing: spans not delivered to {endpoint} ({reason}); the run is unaffected"
+REFUSED = "the collector refused the connection: {error}"
+STILL_WAITING = "still waiting for the collector after {bound:g}s"
+FAILED_BATCHES = "{failed} batch(es) failed: the collector answered with an error or is unreachable"
 UNSUPPORTED = "tracing off: {variable}={value!r} is not supported here (only otlp over http/protobuf)"
+
+_flush = None  # (processor, exporter) until flush_traces has run
 
 
 def tracing_wanted(environ=os.environ) -> bool:
@@ -40,12 +55,13 @@ def tracing_wanted(environ=os.environ) -> bool:
     return any(name.startswith("OTEL_") for name in environ)
 
 
-@functools.cache  # once per process: `manage.py runserver` imports config/wsgi.py too
-def configure_tracing() -> None:
-    """Before Django handles anything: the command (manage.py) and the web app (wsgi.py). The SDK reads the rest of
-    the variables itself."""
+def configure_tracing(*, service_name: str, web: bool = False) -> None:
+    """Once a process, after Django's setup (the log format first, for the warning lines) and before it handles
+    anything: the job (manage.py, the benchmark's worker) and the web app (wsgi.py, with `web`). The SDK reads the
+    rest of the variables itself."""
+    global _flush
     environ = os.environ
-    if not tracing_wanted(environ):
+    if _flush is not None or not tracing_wanted(environ):
         return
     unsupported = unsupported_setting(environ)
     if unsupported:
@@ -53,24 +69,42 @@ def configure_tracing() -> None:
         return
     # Imported here: with tracing off, the process pays for none of it.
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-    from opentelemetry.instrumentation.django import DjangoInstrumentor
-    from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-    # The resource (OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES) and the sampler (OTEL_TRACES_SAMPLER, _ARG) come
-    # from the environment. No shutdown hook of the SDK's: its wait at exit is unbounded.
-    provider = TracerProvider(resource=Resource.create(), shutdown_on_exit=False)
+    import config.database.base
+    from config.collector import DeliveryRecord, RefusalWatch
+
+    # The sampler (OTEL_TRACES_SAMPLER, _ARG) comes from the environment. No shutdown hook of the SDK's: its wait at
+    # exit is unbounded.
+    provider = TracerProvider(resource=resource(service_name, environ), shutdown_on_exit=False)
     endpoint = environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
-    exporter = DeliveryRecord(OTLPSpanExporter(), endpoint=endpoint or DEFAULT_ENDPOINT)
+    session = RefusalWatch()
+    exporter = DeliveryRecord(OTLPSpanExporter(session=session), session, endpoint=endpoint or DEFAULT_ENDPOINT)
     processor = BatchSpanProcessor(exporter)
     provider.add_span_processor(processor)
     trace.set_tracer_provider(provider)
-    atexit.register(flush_at_exit, processor, exporter)
+    _flush = processor, exporter
+    atexit.register(flush_traces)  # the web app's; the job flushes at the end of its run
 
-    DjangoInstrumentor().instrument(tracer_provider=provider)
-    trace_statements(provider)
+    config.database.base.statement_tracer = provider.get_tracer("config.database")
+    if web:
+        trace_requests(provider, environ)
     continue_parent_trace(environ)
+
+
+def resource(service_name: str, environ):
+    """The process as a tracing backend lists it: OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES win over the
+    defaults, the entry point's own name, the project's version and APP_ENV."""
+    from django.conf import settings
+    from opentelemetry.sdk.resources import OTELResourceDetector, Resource
+    from opentelemetry.semconv.attributes.deployment_attributes import DEPLOYMENT_ENVIRONMENT_NAME
+    from opentelemetry.semconv.attributes.service_attributes import SERVICE_NAME, SERVICE_VERSION
+
+    from config.version import VERSION
+
+    defaults = {SERVICE_NAME: service_name, SERVICE_VERSION: VERSION, DEPLOYMENT_ENVIRONMENT_NAME: settings.APP_ENV}
+    return Resource.create({**defaults, **OTELResourceDetector().detect().attributes})
 
 
 def unsupported_setting(environ) -> tuple[str, str] | None:
@@ -84,24 +118,41 @@ def unsupported_setting(environ) -> tuple[str, str] | None:
     return None
 
 
-def trace_statements(provider) -> None:
-    """Every statement on a Django database connection as a database client span (psycopg's instrumentation): its
-    SQL text, never its parameter values. Django sets its own cursor class on each new connection after connecting,
-    which undoes the instrumentor's patch of `psycopg.connect`, so the traced cursor wraps Django's class instead."""
-    from django.db.backends.signals import connection_created
-    from opentelemetry.instrumentation.psycopg import _new_cursor_factory
+def trace_requests(provider, environ) -> None:
+    """Each request a server span by the current HTTP conventions (http.request.method, url.path,
+    http.response.status_code), named by its route's template; /metrics left out unless the environment names the
+    URLs to leave out."""
+    # The instrumentation's own switch to the stable HTTP conventions, read when it instruments.
+    environ.setdefault("OTEL_SEMCONV_STABILITY_OPT_IN", "http")
+    from opentelemetry.instrumentation.django import DjangoInstrumentor
 
-    traced_classes = {}
+    chosen = any(name in environ for name in ("OTEL_PYTHON_DJANGO_EXCLUDED_URLS", "OTEL_PYTHON_EXCLUDED_URLS"))
+    DjangoInstrumentor().instrument(
+        tracer_provider=provider, excluded_urls=None if chosen else EXCLUDED_URLS, response_hook=name_by_route,
+    )
 
-    def trace_connection(sender, connection, **kwargs):
-        if connection.vendor != "postgresql":
-            return
-        base = connection.connection.cursor_factory
-        if base not in traced_classes:
-            traced_classes[base] = _new_cursor_factory(base_factory=base, tracer_provider=provider)
-        connection.connection.cursor_factory = traced_classes[base]
 
-    connection_created.connect(trace_connection, weak=False, dispatch_uid="config.tracing")
+def name_by_route(span, request, response) -> None:
+    """The instrumentation's response hook: the route's template as http.route and in the span's name, and url.path,
+    which the conventions require of a server span and the instrumentation leaves out."""
+    from opentelemetry.semconv.attributes.http_attributes import HTTP_ROUTE
+    from opentelemetry.semconv.attributes.url_attributes import URL_PATH
+
+    if not span.is_recording():
+        return
+    span.set_attribute(URL_PATH, request.path)
+    match = request.resolver_match
+    if match is not None and match.route:
+        route = route_template(match.route)
+        span.set_attribute(HTTP_ROUTE, route)
+        span.update_name(f"{request.method} {route}")
+
+
+def route_template(route: str) -> str:
+    """A Django route as a template: `admin/(?P<app_label>auth|catalog)/$` (a regex route) is
+    `/admin/<app_label>/`, in the syntax of path()'s routes, which stay as written."""
+    template = re.sub(r"\(\?P<(\w+)>[^()]*\)", r"<\1>", route)
+    return "/" + template.replace("^", "").replace("$", "").lstrip("/")
 
 
 def continue_parent_trace(environ) -> None:
@@ -115,44 +166,36 @@ def continue_parent_trace(environ) -> None:
         context.attach(propagate.extract(carrier))
 
 
-class DeliveryRecord:
-    """The exporter, counting the span batches it failed to deliver: at exit, one warning line instead of the SDK's
-    line per retry and per batch (its loggers are quiet, config/settings.py LOGGING)."""
-
-    def __init__(self, exporter, *, endpoint: str):
-        self.exporter = exporter
-        self.endpoint = endpoint
-        self.failed = 0
-
-    def export(self, spans):
-        from opentelemetry.sdk.trace.export import SpanExportResult
-
-        result = self.exporter.export(spans)
-        if result is not SpanExportResult.SUCCESS:
-            self.failed += 1
-        return result
-
-    def shutdown(self):
-        self.exporter.shutdown()
-
-    def force_flush(self, timeout_millis: int = 30000) -> bool:
-        return self.exporter.force_flush(timeout_millis)
-
-
 def cut_flush(seconds: float) -> None:
-    """The flush at exit waits at most `seconds`: a process asked to stop has only what is left of its bound."""
+    """The flush waits at most `seconds`: a process asked to stop has only what is left of its bound."""
     global flush_bound
     flush_bound = min(flush_bound, seconds)
 
 
-def flush_at_exit(processor, exporter: DeliveryRecord) -> None:
-    """Export what is still queued, waiting at most flush_bound. The SDK's shutdown may wait for a
-    collector up to 30 s, so it runs in a daemon thread of its own that the process stops waiting for at the bound
-    and abandons, with the exporter's thread, at exit. One warning line if any span was lost."""
+def flush_traces() -> None:
+    """Export what is still queued, waiting at most flush_bound, or REFUSED_BOUND_SECONDS once the collector refused
+    a connection; once a process (the job calls it at the end of its run, atexit for the web app). The SDK's shutdown
+    may wait for a collector up to 30 s, so it runs in a daemon thread of its own that is abandoned, with the
+    exporter's thread, at exit. One warning line if any span was lost."""
+    global _flush
+    if _flush is None:
+        return
+    (processor, exporter), _flush = _flush, None
+    started = time.monotonic()
+    deadline = started + flush_bound
     flush = threading.Thread(target=processor.shutdown, name="tracing-flush", daemon=True)
     flush.start()
-    flush.join(flush_bound)
-    if flush.is_alive() or exporter.failed:
-        reason = "still waiting for the collector" if flush.is_alive() else (
-            f"{exporter.failed} batch(es) failed: the collector refused them or is unreachable")
-        logger.warning(UNDELIVERED.format(endpoint=exporter.endpoint, bound=round(flush_bound, 1), reason=reason))
+    while flush.is_alive() and time.monotonic() < deadline:
+        if exporter.refused is not None:
+            exporter.shutdown()
+            deadline = min(deadline, started + REFUSED_BOUND_SECONDS)
+        flush.join(min(FLUSH_WATCH_EVERY, max(0.0, deadline - time.monotonic())))
+    if exporter.refused is not None:
+        reason = REFUSED.format(error=exporter.refused)
+    elif flush.is_alive():
+        reason = STILL_WAITING.format(bound=round(flush_bound, 1))
+    elif exporter.failed:
+        reason = FAILED_BATCHES.format(failed=exporter.failed)
+    else:
+        return
+    logger.warning(UNDELIVERED.format(endpoint=exporter.endpoint, reason=reason))

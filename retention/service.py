@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import time
+import uuid
 from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass, field
@@ -33,7 +34,7 @@ from retention.phases import BATCH_ROWS, CARD_PHASES, PHASES, PROJECTS, PROPERTY
 from retention.preview import preview_purge
 from retention.results import DELETED_COUNTS, Culprit, Outcome, PurgeFailed, PurgeResult, StopReason
 from retention.session import SYNC_WAIT_CANCELLED_MESSAGE, JobSession, StopRequest, StopRun, sqlstate
-from retention.spans import current_trace_id, failed, result_attributes, run_attributes, traced
+from retention.spans import current_trace_id, failed, result_attributes, run_attributes, run_span, traced
 
 LOCK_NAME = "job:scheduled:catalog-delisted-retention"
 # SQLSTATE classes of errors that belong to the rows, not to the database: data exceptions (22), integrity
@@ -59,6 +60,7 @@ def purge_delisted_cards(
     on_start: Callable[[Backlog], None] | None = None,
     on_batch: Callable[[int], None] | None = None,
     using: str | None = None,
+    run_id: uuid.UUID | None = None,
 ) -> PurgeResult:
     """Run the job once on database `using` (default: DELISTED_RETENTION_LOCK_DATABASE): take the advisory lock (a
     busy lock is a normal skip), purge orphan overrides, property objects, then projects.
@@ -67,16 +69,16 @@ def purge_delisted_cards(
     clock in tests only. `stop` ends the run gracefully (the command wires it to SIGTERM/SIGINT); `on_start` gets
     the backlog counted at the start, `on_batch` how many cards each batch deleted (progress). A dry run takes no
     lock and no row locks: it counts what this run would delete. A real run hands its metrics to the sinks the
-    settings switch on. Raises PurgeFailed when the run failed, with what it did before."""
+    settings switch on. `run_id` is the command's, which opened the run's span first. Raises PurgeFailed when the
+    run failed, with what it did before."""
     session = JobSession(using=job_database(using), limits=limits or PurgeLimits.from_settings(),
-                         stop=stop or StopRequest())
+                         stop=stop or StopRequest(), run_id=run_id or uuid.uuid4())
     run = Run()
     metrics = None if dry_run else RunMetrics(log=session.log, max_duration=session.limits.max_duration)
     at_end = None
     # The run's root span (retention.spans): its status is the exit code's, an error when the run fails.
-    with traced("purge_delisted", run_attributes(
-        run_id=str(session.run_id), database=session.using, limits=session.limits, dry_run=dry_run,
-    )) as root:
+    with run_span(session.run_id) as root:
+        root.set_attributes(run_attributes(database=session.using, limits=session.limits, dry_run=dry_run))
         with session.running():
             try:
                 if dry_run:

@@ -8,7 +8,7 @@ import subprocess
 import pytest
 import yaml
 
-from retention.metrics import HELP, LAST_RUN_INFO, OLDEST_OVERDUE_AGE
+from retention.metrics import HELP, LAST_RUN_DELETED_CARDS, LAST_RUN_INFO, OLDEST_OVERDUE_AGE
 from tests.support import PROJECT_ROOT, installed_tool
 
 PROMETHEUS = PROJECT_ROOT / "deploy" / "prometheus"
@@ -88,6 +88,13 @@ def test_dashboard_has_the_delisted_size_and_the_slo_panels():
     slo = panels["Oldest overdue card, days past its cutoff (retention SLO)"]
     assert [OLDEST_OVERDUE_AGE in target["expr"] for target in slo["targets"]] == [True, False]
     assert "catalog_delisted_retention:overdue_age_slo_days" in slo["targets"][1]["expr"]
+
+
+def test_dashboard_shows_the_cards_deleted_per_night_as_a_bar_a_day():
+    panel = next(panel for panel in dashboard()["panels"] if panel["title"] == "Cards deleted per night")
+
+    assert LAST_RUN_DELETED_CARDS in panel["targets"][0]["expr"] and panel["interval"] == "1d"
+    assert panel["fieldConfig"]["defaults"]["custom"]["drawStyle"] == "bars"
 
 
 def test_every_dashboard_query_is_for_the_chosen_instances():

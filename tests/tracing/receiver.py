@@ -78,10 +78,11 @@ class Receiver(ThreadingHTTPServer):
         return f"http://127.0.0.1:{self.server_address[1]}"
 
     def env(self, **extra: str) -> dict[str, str]:
-        """The standard variables that point a process at this receiver; the batch processor's delay shortened."""
+        """The standard variables that point a process at this receiver; the batch processor's delay shortened. No
+        service name: the process's own default."""
         return {
             "OTEL_EXPORTER_OTLP_ENDPOINT": self.endpoint, "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
-            "OTEL_SERVICE_NAME": "catalog-delisted-retention", "OTEL_BSP_SCHEDULE_DELAY": "200", **extra,
+            "OTEL_BSP_SCHEDULE_DELAY": "200", **extra,
         }
 
     def traces(self) -> dict[str, list[ReceivedSpan]]:

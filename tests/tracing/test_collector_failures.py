@@ -1,6 +1,6 @@
 """A collector that is down, refuses, or accepts and never answers: the run does what it does without tracing, exits
-with the same code, waits at most the flush bound (config.tracing.FLUSH_BOUND_SECONDS) at its end, and says so in
-one warning line."""
+with the same code, waits at most the flush bound (config.tracing.FLUSH_BOUND_SECONDS) at its end, at most
+REFUSED_BOUND_SECONDS when the connection is refused, and says so in one warning line."""
 
 import json
 import time
@@ -8,7 +8,7 @@ from datetime import datetime
 
 import pytest
 
-from config.tracing import FLUSH_BOUND_SECONDS
+from config.tracing import FLUSH_BOUND_SECONDS, REFUSED_BOUND_SECONDS
 from tests.factories import PropertyObjectCardFactory
 from tests.support import deletes_refused, free_loopback_port
 from tests.tracing.conftest import run_traced
@@ -47,7 +47,7 @@ def test_a_collector_that_hangs_or_refuses_costs_at_most_the_flush_bound_and_one
 
 
 @pytest.mark.django_db(transaction=True)
-def test_an_unreachable_collector_leaves_a_failed_runs_exit_code_as_it_is():
+def test_a_refused_connection_costs_at_most_half_a_second_and_leaves_a_failed_runs_exit_code_as_it_is():
     poison = PropertyObjectCardFactory(long_delisted=True)
     nobody = f"http://127.0.0.1:{free_loopback_port()}"
 
@@ -56,6 +56,8 @@ def test_an_unreachable_collector_leaves_a_failed_runs_exit_code_as_it_is():
 
     assert completed.returncode == 1
     assert json.loads(completed.stdout)["culprit_count"] == 1
-    assert exit_delay(completed, ended) <= FLUSH_BOUND_SECONDS + EXIT_SLACK_SECONDS
+    # Less than the flush bound: the refusal ends the wait.
+    assert exit_delay(completed, ended) <= REFUSED_BOUND_SECONDS + EXIT_SLACK_SECONDS < FLUSH_BOUND_SECONDS
     tracing_lines = [line for line in completed.stderr.splitlines() if "tracing:" in line]
     assert len(tracing_lines) == 1 and nobody in tracing_lines[0], completed.stderr
+    assert "the collector refused the connection" in tracing_lines[0]

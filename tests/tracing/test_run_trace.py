@@ -1,6 +1,7 @@
 """A run's trace as a real OTLP/HTTP receiver gets it from `manage.py purge_delisted`: one trace whose root carries
-the run id, a span per batch under its phase, the statements under the batches (SQL text, no values), the log
-lines carrying the trace's ids, failures as error status, and TRACEPARENT as the parent."""
+the run id, a span per batch under its phase, the statements, commits and rollbacks under the batches by
+OpenTelemetry's database conventions (SQL text, no values), the resource naming the service, its version and
+environment, the log lines carrying the trace's ids, failures as error status, and TRACEPARENT as the parent."""
 
 import json
 import os
@@ -8,7 +9,16 @@ import re
 from pathlib import Path
 
 import pytest
+from django.db import connection
+from opentelemetry.semconv.attributes.db_attributes import (
+    DB_COLLECTION_NAME, DB_NAMESPACE, DB_OPERATION_NAME, DB_QUERY_TEXT, DB_RESPONSE_STATUS_CODE, DB_SYSTEM_NAME,
+)
+from opentelemetry.semconv.attributes.deployment_attributes import DEPLOYMENT_ENVIRONMENT_NAME
+from opentelemetry.semconv.attributes.error_attributes import ERROR_TYPE
+from opentelemetry.semconv.attributes.server_attributes import SERVER_ADDRESS, SERVER_PORT
+from opentelemetry.semconv.attributes.service_attributes import SERVICE_NAME, SERVICE_VERSION
 
+from config.version import VERSION
 from tests.factories import PropertyObjectCardFactory
 from tests.support import PROJECT_ROOT, deletes_refused
 from tests.tracing.conftest import run_traced
@@ -18,7 +28,7 @@ HEX32, HEX16 = re.compile(r"[0-9a-f]{32}"), re.compile(r"[0-9a-f]{16}")
 # Set by `make trace-picture`: the span tree of the first test's run is written there for docs/tracing.md.
 TRACE_PICTURE = os.environ.get("TRACE_PICTURE")
 PICTURE_ATTRIBUTES = ("retention.phase", "retention.count", "retention.selected", "retention.deleted_cards",
-                      "retention.outcome", "db.statement")
+                      "retention.outcome", DB_QUERY_TEXT)
 
 
 def only_trace(receiver) -> tuple[ReceivedSpan, list[ReceivedSpan]]:
@@ -42,8 +52,8 @@ def ancestors(span: ReceivedSpan, spans: list[ReceivedSpan]) -> list[ReceivedSpa
 
 def picture_line(span: ReceivedSpan) -> str:
     shown = {key: span.attributes[key] for key in PICTURE_ATTRIBUTES if key in span.attributes}
-    if "db.statement" in shown:
-        shown["db.statement"] = " ".join(shown["db.statement"].split())[:48] + "…"
+    if DB_QUERY_TEXT in shown:
+        shown[DB_QUERY_TEXT] = " ".join(shown[DB_QUERY_TEXT].split())[:40] + "…"
     return "  " + " ".join(f"{key}={value}" for key, value in shown.items()) if shown else ""
 
 
@@ -67,7 +77,9 @@ def test_a_run_is_one_trace_rooted_in_its_run_with_a_batch_span_per_batch_and_it
     assert root.attributes["retention.limit.max_duration"] == 1200.0  # durations in seconds
     assert root.attributes["retention.outcome"] == "completed"
     assert root.attributes["retention.deleted_property_object_cards"] == 5
-    assert root.resource["service.name"] == "catalog-delisted-retention"
+    assert root.resource[SERVICE_NAME] == "catalog-delisted-retention"  # no OTEL_SERVICE_NAME: the job's own
+    assert root.resource[SERVICE_VERSION] == VERSION
+    assert root.resource[DEPLOYMENT_ENVIRONMENT_NAME] == "development"  # APP_ENV's default
 
     batches = [span for span in spans if span.name == "batch"]
     assert len(batches) == result["batches_processed"] == 3
@@ -75,14 +87,23 @@ def test_a_run_is_one_trace_rooted_in_its_run_with_a_batch_span_per_batch_and_it
     for batch in batches:
         chain = [span.name for span in ancestors(batch, spans)]
         assert chain[0] == "phase" and chain[-1] == "purge_delisted"
-        statements = [span for span in spans if span.parent_span_id == batch.span_id and span.kind == "client"]
-        assert statements and all("DELETE" in span.attributes["db.statement"] for span in statements)
+        statements = [span.name for span in spans if span.parent_span_id == batch.span_id and span.kind == "client"]
+        assert statements == ["DELETE catalog.property_object_cards", "COMMIT"]
     assert {span.name for span in spans} >= {"advisory_lock", "count_backlog", "phase", "scan_chunk", "pause"}
 
-    # Statements carry their SQL text and never a parameter value: the run id is only ever a parameter (the
-    # session's application_name), the cards' ids only values in the database.
+    # Every statement by the stable database conventions, named {db.operation.name} {db.collection.name}; its SQL
+    # text with placeholders and never a parameter value: the run id is only ever a parameter (the session's
+    # application_name), the cards' ids only values in the database.
     statements = [span for span in spans if span.kind == "client"]
-    assert statements and all(span.attributes["db.system"] == "postgresql" for span in statements)
+    database = connection.settings_dict
+    for span in statements:
+        attributes = span.attributes
+        assert attributes[DB_SYSTEM_NAME] == "postgresql" and attributes[DB_NAMESPACE] == database["NAME"]
+        assert attributes[SERVER_ADDRESS] == database["HOST"] and attributes[SERVER_PORT] == int(database["PORT"])
+        assert attributes[DB_QUERY_TEXT] == attributes[DB_QUERY_TEXT].strip()
+        named = " ".join(filter(None, (attributes[DB_OPERATION_NAME], attributes.get(DB_COLLECTION_NAME))))
+        assert span.name == named and "db.statement" not in attributes and "db.system" not in attributes
+    assert {span.attributes[DB_OPERATION_NAME] for span in statements} == {"SELECT", "DELETE", "COMMIT"}
     secrets = [result["run_id"], *(str(card.id) for card in cards)]
     for span in statements:
         text = json.dumps(span.attributes)
@@ -90,6 +111,7 @@ def test_a_run_is_one_trace_rooted_in_its_run_with_a_batch_span_per_batch_and_it
 
     records = [json.loads(line) for line in completed.stderr.splitlines()]
     assert records and all(record["trace_id"] == root.trace_id for record in records)
+    assert all(record["run_id"] == result["run_id"] for record in records)
     assert all(HEX16.fullmatch(record["span_id"]) for record in records)
     batch_lines = [record for record in records if record["message"] == "batch done"]
     assert [record["span_id"] for record in batch_lines] == [batch.span_id for batch in batches]
@@ -145,6 +167,18 @@ def test_a_refused_batch_and_the_failed_run_have_error_status_and_the_culprit_is
     (isolation,) = [span for span in spans if span.name == "isolate_culprits"]
     assert isolation.parent_span_id == batch.span_id
     assert [(name, attributes["card_id"]) for name, attributes in isolation.events] == [("culprit", str(poison.id))]
+
+    # The refused statement: its SQLSTATE as error.type, then its transaction's ROLLBACK; in the isolation each
+    # refused part rolls back to its savepoint.
+    refused, rollback = [span for span in spans if span.parent_span_id == batch.span_id and span.kind == "client"]
+    assert refused.name == "DELETE catalog.property_object_cards" and refused.status == "error"
+    assert refused.attributes[ERROR_TYPE] == refused.attributes[DB_RESPONSE_STATUS_CODE] == "P0001"
+    assert rollback.name == "ROLLBACK" and rollback.status == "unset"
+    isolation_statements = [span.name for span in sorted(spans, key=lambda span: span.start_ns)
+                            if span.parent_span_id == isolation.span_id]
+    assert {"SELECT catalog.property_object_cards",  # the batch's rows locked again
+            "SAVEPOINT", "DELETE catalog.property_object_cards", "RELEASE", "ROLLBACK"} <= set(isolation_statements)
+    assert isolation_statements[-1] == "COMMIT"
 
 
 @pytest.mark.django_db(transaction=True)

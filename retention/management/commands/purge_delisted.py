@@ -1,7 +1,8 @@
 """`manage.py purge_delisted`: the nightly DelistedRetentionJob. Thin: parse, run the service, print.
 
-The result goes to stdout (`--json`: one JSON object); logs and errors go to stderr through logging, so with
-LOG_FORMAT=json every stderr line is JSON, the final error included.
+The result goes to stdout (`--json`: one JSON object, however the run ends); logs and errors go to stderr through
+logging, so with LOG_FORMAT=json every stderr line is JSON, the final error included. From the command line the
+whole command is one run: its run id and root span carry every line it writes, from a bad option to the final error.
 """
 
 import argparse
@@ -10,23 +11,27 @@ import logging
 import signal
 import sys
 import threading
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser, DjangoHelpFormatter
+from opentelemetry import trace
 from tqdm import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
+from config.logging import carried, first_line, syslog_prefixed
 from config.numbers import decimal_number, whole_number
-from config.tracing import FLUSH_BOUND_SECONDS, cut_flush
+from config.tracing import FLUSH_BOUND_SECONDS, cut_flush, flush_traces
 from config.version import VERSION
 from retention.backlog import Backlog
 from retention.last_run import last_run_report
 from retention.limits import LIMIT_OF_FIELD, LIMITS, Limit, PurgeLimits, PurgeLimitsError, number
-from retention.results import Outcome, PurgeFailed, PurgeResult
+from retention.results import Outcome, PurgeFailed, PurgeResult, StopReason
 from retention.service import job_database, purge_delisted_cards
 from retention.session import StopRequest
+from retention.spans import current_trace_id, failed, result_attributes, run_span
 
 logger = logging.getLogger("retention.command")
 
@@ -46,8 +51,7 @@ class OneLineErrorParser(CommandParser):
 
     def error(self, message):
         if self.called_from_command_line:
-            logger.error(ERROR_PREFIX + message)
-            self.exit(2)
+            raise CommandError(message, returncode=2)  # the run's final line: Command.run_from_argv
         super().error(message)  # call_command(): CommandError
 
 
@@ -68,6 +72,13 @@ class Command(BaseCommand):
     # Options override settings, so the settings check (retention.checks) must not stop a run the options fix;
     # the command validates the limits it is given.
     requires_system_checks = []
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.run_id = uuid.uuid4()
+        self.json_wanted = False
+        self.result: PurgeResult | None = None  # the run's, once the service returned one
+        self.result_printed = False
 
     def get_version(self):
         """`--version` names the deployed project (pyproject.toml), not Django."""
@@ -99,15 +110,47 @@ class Command(BaseCommand):
             help="print the last run (from the metrics sink the admin page reads) and the backlog now; run nothing",
         )
 
+    def run_from_argv(self, argv):
+        """The command line's run, from its first line to its last: the run's root span is open before the options
+        are parsed and until after the final line; every line carries the run id and the trace id, the trace flush's
+        warning at the end included. A bug is logged with its traceback and ends the run as an error too."""
+        self.json_wanted = "--json" in argv[2:]  # before parsing: a bad option answers in JSON as well
+        with carried(run_id=str(self.run_id)) as fields:
+            try:
+                with run_span(self.run_id):
+                    fields["trace_id"] = current_trace_id()
+                    try:
+                        super().run_from_argv(argv)
+                    except CommandError as error:  # a bad option: the parser's
+                        self.fail(error)
+                    except Exception as error:
+                        self.fail(CommandError(f"unexpected error: {first_line(error)}", returncode=1), bug=True)
+            finally:
+                flush_traces()
+
     def execute(self, *args, **options):
-        """From the command line, an error is logged (one line, in the log format) instead of printed."""
+        """From the command line, an error is the run's final line (Command.fail) instead of a printed one."""
         try:
             return super().execute(*args, **options)
         except CommandError as error:
             if not self._called_from_command_line:
                 raise
-            logger.error(ERROR_PREFIX + str(error))
-            sys.exit(error.returncode)
+            self.fail(error)
+
+    def fail(self, error: CommandError, *, bug: bool = False):
+        """End the run on `error`, within its span: the final line (one line, in the log format; a bug's with its
+        traceback), the --json object unless the run's result was printed, the span's error status and outcome;
+        then exit with the error's status."""
+        logger.error(ERROR_PREFIX + str(error), exc_info=bug)
+        run = trace.get_current_span()
+        if self.result is None:  # the service never ran: a bad option or setting, a bug
+            self.result = PurgeResult(run_id=self.run_id, cutoff=None, stop_reason=StopReason.FAILED,
+                                      outcome=Outcome.FAILED, error=str(error), trace_id=current_trace_id())
+            run.set_attributes(result_attributes(self.result))
+        if self.json_wanted and not self.result_printed:
+            self.print_result(self.result, {"json": True})
+        failed(run, error)
+        sys.exit(error.returncode)
 
     def handle(self, *args, **options):
         try:
@@ -133,19 +176,23 @@ class Command(BaseCommand):
             try:
                 result = purge_delisted_cards(
                     limits, dry_run=options["dry_run"], stop=stop, on_start=progress.start,
-                    on_batch=progress.update, using=using,
+                    on_batch=progress.update, using=using, run_id=self.run_id,
                 )
             except PurgeFailed as failure:
-                if failure.result.cutoff is not None:
+                self.result = failure.result
+                if failure.result.cutoff is not None:  # a run that never started has no summary: its error says it
                     self.print_result(failure.result, options)
                 raise CommandError(failure.result.error, returncode=1) from None
         self.print_result(result, options)
 
     def print_result(self, result: PurgeResult, options) -> None:
+        """On stdout; under systemd a failed run's line is filed as an error (syslog_prefixed)."""
+        self.result_printed = True
+        level = logging.ERROR if result.outcome is Outcome.FAILED else logging.INFO
         if options["json"]:
-            self.stdout.write(json.dumps(result.as_dict()))
+            self.stdout.write(syslog_prefixed(json.dumps(result.as_dict()), self.stdout, level))
         elif options["verbosity"] >= 1:
-            self.stdout.write(summary(result))
+            self.stdout.write(syslog_prefixed(summary(result), self.stdout, level))
 
 
 def summary(result: PurgeResult) -> str:
