@@ -53,8 +53,8 @@ class Phase:
     scan_sql: str | None = None
 
 
-# A phase's statements from two parts: `select_batch`, the SELECT of a batch's rows (id, ctid, the `moment` of its
-# key), and `delete`, the DELETEs of the rows of the CTE `batch` and their overrides, ending in the CTEs
+# A phase's statements from two parts: `select_batch`, the SELECT of a batch's rows (id, tableoid, ctid, the `moment`
+# of its key), and `delete`, the DELETEs of the rows of the CTE `batch` and their overrides, ending in the CTEs
 # `deleted_overrides` and (card phases) `deleted_cards`. A locked row's ctid cannot change while its lock is held.
 def phase(name: str, *, select_batch: str, delete: str, moment: str, id_type: str, first_key: tuple,
           deleted_cards: str | None, deleted_overrides: str, scan_sql: str | None = None) -> Phase:
@@ -64,8 +64,8 @@ def phase(name: str, *, select_batch: str, delete: str, moment: str, id_type: st
         name=name,
         # Ids and row addresses come back as one array text value each, not thousands of values to adapt.
         lock_sql=clean(f"""
-            SELECT count(*), array_agg(id)::text, array_agg(ctid)::text, pg_backend_pid(),
-                   current_setting('{SESSION_MARKER}', true)
+            SELECT count(*), array_agg(id)::text, array_agg(tableoid)::text, array_agg(ctid)::text,
+                   pg_backend_pid(), current_setting('{SESSION_MARKER}', true)
               FROM (
                 {indented(select_batch, 16)}
                    FOR UPDATE SKIP LOCKED
@@ -73,7 +73,8 @@ def phase(name: str, *, select_batch: str, delete: str, moment: str, id_type: st
         """),
         delete_sql=clean(f"""
             WITH batch AS (
-                SELECT unnest(%(row_addresses)s::tid[]) AS ctid, unnest(%(ids)s::{id_type}[]) AS id
+                SELECT unnest(%(tables)s::oid[]) AS tableoid, unnest(%(row_addresses)s::tid[]) AS ctid,
+                       unnest(%(ids)s::{id_type}[]) AS id
             ),
             {indented(delete, 12)}
             SELECT {counts}, (SELECT count(*) FROM deleted_overrides)
@@ -108,8 +109,17 @@ def indented(part: str, column: int) -> str:
     return textwrap.indent(part, " " * column).lstrip()
 
 
-# A refused batch's rows (lock_sql's arrays), one (id, row address) a row, for the culprit search to split.
-BATCH_ROWS = "SELECT unnest(%(ids)s::text[]), unnest(%(row_addresses)s::tid[])::text"
+# A refused batch's rows (lock_sql's arrays), one (id, table, row address) a row, for the culprit search to split.
+BATCH_ROWS = "SELECT unnest(%(ids)s::text[]), unnest(%(tables)s::oid[])::text, unnest(%(row_addresses)s::tid[])::text"
+
+
+def locked_by_batch(row: str, *, column: int) -> str:
+    """The rows of `row`'s table that the CTE `batch` locked, by row address, for a WHERE written at `column`. A ctid
+    is unique within one table only, and each partition of a partitioned table is a table of its own: the pair
+    (tableoid, ctid) names the row. The ctid list alone is what gives the TID scan; the semi-join on the pair then
+    keeps, of the rows found, those of the batch's own tables."""
+    return indented(f"""{row}.ctid = ANY(ARRAY(SELECT ctid FROM batch))
+  AND ({row}.tableoid, {row}.ctid) IN (SELECT tableoid, ctid FROM batch)""", column + len("WHERE ") - len("  AND "))
 
 
 def after_key(moment: str, id_type: str, *, at: str = "%(after_at)s::timestamptz") -> str:
@@ -120,7 +130,7 @@ def after_key(moment: str, id_type: str, *, at: str = "%(after_at)s::timestamptz
 def overdue_cards(cards: str, *, held_back: bool = False) -> str:
     """The SELECT of a batch of overdue cards, oldest first; with `held_back`, none that the rule holds back."""
     return f"""
-        SELECT id, ctid, updated_at FROM catalog.{cards} AS card
+        SELECT id, tableoid, ctid, updated_at FROM catalog.{cards} AS card
          WHERE status = 'Delisted' AND updated_at < %(cutoff)s{f" AND NOT {HELD_BACK}" if held_back else ""}
            AND {after_key("updated_at", "uuid")}
            AND (%(only_ids)s::uuid[] IS NULL OR id = ANY(%(only_ids)s::uuid[]))
@@ -135,7 +145,7 @@ def delete_cards(cards: str, *, overrides: str, card_key: str, keep: str = "") -
     return f"""
         deleted_cards AS (
             DELETE FROM catalog.{cards} AS card
-             WHERE card.ctid = ANY(ARRAY(SELECT ctid FROM batch))
+             WHERE {locked_by_batch("card", column=13)}
                AND card.status = 'Delisted' AND card.updated_at < %(cutoff)s{keep}
             RETURNING card.id
         ), deleted_overrides AS (
@@ -218,7 +228,7 @@ def orphan_phase(name: str, *, overrides: str, cards: str, card_key: str, delete
                      WHERE card.found IS NULL""",
         ),
         select_batch=f"""
-            SELECT id, ctid, created_at FROM catalog.{overrides} AS override
+            SELECT id, tableoid, ctid, created_at FROM catalog.{overrides} AS override
              WHERE id = ANY(%(only_ids)s::bigint[]) AND {card_is_gone} AND {after_key("created_at", "bigint")}
                AND id::text <> ALL(%(skipped_ids)s::text[])
              ORDER BY created_at, id
@@ -227,7 +237,8 @@ def orphan_phase(name: str, *, overrides: str, cards: str, card_key: str, delete
         delete=f"""
             deleted_overrides AS (
                 DELETE FROM catalog.{overrides} AS override
-                 WHERE override.ctid = ANY(ARRAY(SELECT ctid FROM batch)) AND {card_is_gone}
+                 WHERE {locked_by_batch("override", column=17)}
+                   AND {card_is_gone}
                 RETURNING 1
             )
         """,

@@ -134,7 +134,7 @@ def deletes_refused(table: str = "catalog.property_object_cards", *, when: str =
                     error: str = "deletes refused by the test", sqlstate: str = "P0001") -> Iterator[None]:
     """A BEFORE DELETE trigger on `table` raising `error` (with the row's id) for each row matching `when` (a
     condition on OLD). The default SQLSTATE is a data error, as a constraint or someone else's trigger raises;
-    40001 (serialization failure) stands for an infrastructure error."""
+    53100 (disk full) stands for an infrastructure error, 40001 (serialization failure) for a transient one."""
     with connection.cursor() as cursor:
         cursor.execute(
             f"""
