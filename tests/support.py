@@ -154,6 +154,21 @@ def deletes_refused(table: str = "catalog.property_object_cards", *, when: str =
             cursor.execute(f"DROP TRIGGER refuse_delete ON {table}; DROP FUNCTION public.refuse_delete()")
 
 
+@contextmanager
+def first_delete_fails(sqlstate: str, table: str = "catalog.property_object_cards") -> Iterator[None]:
+    """The first row a DELETE on `table` reaches raises `sqlstate`, once: a transient error that a new attempt
+    clears. A sequence counts the rows, as its nextval survives the attempt's rollback."""
+    with connection.cursor() as cursor:
+        cursor.execute("CREATE SEQUENCE public.deleted_rows_seen")
+    try:
+        with deletes_refused(table, when="nextval('public.deleted_rows_seen') = 1", error="transient error of the test",
+                             sqlstate=sqlstate):
+            yield
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("DROP SEQUENCE public.deleted_rows_seen")
+
+
 def free_loopback_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))

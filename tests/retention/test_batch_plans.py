@@ -73,6 +73,20 @@ def test_the_batch_select_of_each_phase_reads_its_partial_index_not_the_whole_ta
     assert not any(node["Node Type"] == "Seq Scan" and node.get("Relation Name") == table for node in nodes), nodes
 
 
+@pytest.mark.parametrize(
+    "phase, table", [(PROPERTY_OBJECTS, "property_object_cards"), (PROJECTS, "project_cards")],
+    ids=["property_objects", "projects"],
+)
+def test_the_batch_deletes_its_cards_by_a_tid_scan_of_the_addresses_it_locked(demo_catalog, phase, table):
+    # Naming each row's table beside its address (a partition's ctid is its own) keeps the TID scan: the one-shot
+    # study's fastest batched shape (docs/benchmarks.md, "What the one-shot buys").
+    nodes = batch_plan_nodes(phase)
+    [delete] = [node for node in nodes if node["Node Type"] == "ModifyTable" and node.get("Relation Name") == table]
+    scans = [node for node in walk(delete) if node.get("Relation Name") == table and "Scan" in node["Node Type"]]
+
+    assert [scan["Node Type"] for scan in scans] == ["Tid Scan"], scans
+
+
 def test_a_batch_starts_its_index_scan_after_the_last_card_of_the_batch_before(demo_catalog):
     # Not at the first overdue entry: the entries of the cards the batches before it deleted are dead, and each batch
     # reading all of them again cost a run of 400,000 cards a fifth of its time (docs/benchmark-findings.md).
