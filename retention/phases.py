@@ -113,13 +113,15 @@ def indented(part: str, column: int) -> str:
 BATCH_ROWS = "SELECT unnest(%(ids)s::text[]), unnest(%(tables)s::oid[])::text, unnest(%(row_addresses)s::tid[])::text"
 
 
-def locked_by_batch(row: str, *, column: int) -> str:
-    """The rows of `row`'s table that the CTE `batch` locked, by row address, for a WHERE written at `column`. A ctid
-    is unique within one table only, and each partition of a partitioned table is a table of its own: the pair
-    (tableoid, ctid) names the row. The ctid list alone is what gives the TID scan; the semi-join on the pair then
-    keeps, of the rows found, those of the batch's own tables."""
+def locked_by_batch(row: str, table: str, *, column: int) -> str:
+    """The rows of catalog.`table` (aliased `row`) that the CTE `batch` locked, by row address, for a WHERE written
+    at `column`. A ctid is unique within one table only: on a table with partitions (or inheritance children,
+    pg_class.relhassubclass), each of them a table of its own, the pair (tableoid, ctid) names the row. The ctid list
+    alone gives the TID scan; the pair is checked, against a hash of the batch, only where the table has
+    partitions, so that a plain table's batch pays nothing for it."""
     return indented(f"""{row}.ctid = ANY(ARRAY(SELECT ctid FROM batch))
-  AND ({row}.tableoid, {row}.ctid) IN (SELECT tableoid, ctid FROM batch)""", column + len("WHERE ") - len("  AND "))
+  AND (NOT (SELECT relhassubclass FROM pg_class WHERE oid = 'catalog.{table}'::regclass)
+       OR ({row}.tableoid, {row}.ctid) IN (SELECT tableoid, ctid FROM batch))""", column)
 
 
 def after_key(moment: str, id_type: str, *, at: str = "%(after_at)s::timestamptz") -> str:
@@ -145,7 +147,7 @@ def delete_cards(cards: str, *, overrides: str, card_key: str, keep: str = "") -
     return f"""
         deleted_cards AS (
             DELETE FROM catalog.{cards} AS card
-             WHERE {locked_by_batch("card", column=13)}
+             WHERE {locked_by_batch("card", cards, column=13)}
                AND card.status = 'Delisted' AND card.updated_at < %(cutoff)s{keep}
             RETURNING card.id
         ), deleted_overrides AS (
@@ -237,7 +239,7 @@ def orphan_phase(name: str, *, overrides: str, cards: str, card_key: str, delete
         delete=f"""
             deleted_overrides AS (
                 DELETE FROM catalog.{overrides} AS override
-                 WHERE {locked_by_batch("override", column=17)}
+                 WHERE {locked_by_batch("override", overrides, column=17)}
                    AND {card_is_gone}
                 RETURNING 1
             )

@@ -46,7 +46,8 @@ WITH batch AS (
 deleted_overrides AS (
     DELETE FROM catalog.property_object_display_overrides AS override
      WHERE override.ctid = ANY(ARRAY(SELECT ctid FROM batch))
-       AND (override.tableoid, override.ctid) IN (SELECT tableoid, ctid FROM batch)
+       AND (NOT (SELECT relhassubclass FROM pg_class WHERE oid = 'catalog.property_object_display_overrides'::regclass)
+            OR (override.tableoid, override.ctid) IN (SELECT tableoid, ctid FROM batch))
        AND NOT EXISTS (SELECT FROM catalog.property_object_cards AS card WHERE card.id = override.property_object_id)
     RETURNING 1
 ),
@@ -77,7 +78,8 @@ WITH batch AS (
 deleted_overrides AS (
     DELETE FROM catalog.property_object_display_overrides AS override
      WHERE override.ctid = ANY(ARRAY(SELECT ctid FROM batch))
-       AND (override.tableoid, override.ctid) IN (SELECT tableoid, ctid FROM batch)
+       AND (NOT (SELECT relhassubclass FROM pg_class WHERE oid = 'catalog.property_object_display_overrides'::regclass)
+            OR (override.tableoid, override.ctid) IN (SELECT tableoid, ctid FROM batch))
        AND NOT EXISTS (SELECT FROM catalog.property_object_cards AS card WHERE card.id = override.property_object_id)
     RETURNING 1
 )
@@ -111,7 +113,8 @@ WITH batch AS (
 deleted_overrides AS (
     DELETE FROM catalog.building_display_overrides AS override
      WHERE override.ctid = ANY(ARRAY(SELECT ctid FROM batch))
-       AND (override.tableoid, override.ctid) IN (SELECT tableoid, ctid FROM batch)
+       AND (NOT (SELECT relhassubclass FROM pg_class WHERE oid = 'catalog.building_display_overrides'::regclass)
+            OR (override.tableoid, override.ctid) IN (SELECT tableoid, ctid FROM batch))
        AND NOT EXISTS (SELECT FROM catalog.project_cards AS card WHERE card.id = override.project_id)
     RETURNING 1
 ),
@@ -142,7 +145,8 @@ WITH batch AS (
 deleted_overrides AS (
     DELETE FROM catalog.building_display_overrides AS override
      WHERE override.ctid = ANY(ARRAY(SELECT ctid FROM batch))
-       AND (override.tableoid, override.ctid) IN (SELECT tableoid, ctid FROM batch)
+       AND (NOT (SELECT relhassubclass FROM pg_class WHERE oid = 'catalog.building_display_overrides'::regclass)
+            OR (override.tableoid, override.ctid) IN (SELECT tableoid, ctid FROM batch))
        AND NOT EXISTS (SELECT FROM catalog.project_cards AS card WHERE card.id = override.project_id)
     RETURNING 1
 )
@@ -162,7 +166,8 @@ WITH batch AS (
 deleted_cards AS (
     DELETE FROM catalog.property_object_cards AS card
      WHERE card.ctid = ANY(ARRAY(SELECT ctid FROM batch))
-       AND (card.tableoid, card.ctid) IN (SELECT tableoid, ctid FROM batch)
+       AND (NOT (SELECT relhassubclass FROM pg_class WHERE oid = 'catalog.property_object_cards'::regclass)
+            OR (card.tableoid, card.ctid) IN (SELECT tableoid, ctid FROM batch))
        AND card.status = 'Delisted' AND card.updated_at < %(cutoff)s
     RETURNING card.id
 ), deleted_overrides AS (
@@ -199,7 +204,8 @@ WITH batch AS (
 deleted_cards AS (
     DELETE FROM catalog.property_object_cards AS card
      WHERE card.ctid = ANY(ARRAY(SELECT ctid FROM batch))
-       AND (card.tableoid, card.ctid) IN (SELECT tableoid, ctid FROM batch)
+       AND (NOT (SELECT relhassubclass FROM pg_class WHERE oid = 'catalog.property_object_cards'::regclass)
+            OR (card.tableoid, card.ctid) IN (SELECT tableoid, ctid FROM batch))
        AND card.status = 'Delisted' AND card.updated_at < %(cutoff)s
     RETURNING card.id
 ), deleted_overrides AS (
@@ -239,7 +245,8 @@ holding AS (
 deleted_cards AS (
     DELETE FROM catalog.project_cards AS card
      WHERE card.ctid = ANY(ARRAY(SELECT ctid FROM batch))
-       AND (card.tableoid, card.ctid) IN (SELECT tableoid, ctid FROM batch)
+       AND (NOT (SELECT relhassubclass FROM pg_class WHERE oid = 'catalog.project_cards'::regclass)
+            OR (card.tableoid, card.ctid) IN (SELECT tableoid, ctid FROM batch))
        AND card.status = 'Delisted' AND card.updated_at < %(cutoff)s
        AND card.id <> ALL((SELECT ids FROM holding)::uuid[])
     RETURNING card.id
@@ -280,7 +287,8 @@ holding AS (
 deleted_cards AS (
     DELETE FROM catalog.project_cards AS card
      WHERE card.ctid = ANY(ARRAY(SELECT ctid FROM batch))
-       AND (card.tableoid, card.ctid) IN (SELECT tableoid, ctid FROM batch)
+       AND (NOT (SELECT relhassubclass FROM pg_class WHERE oid = 'catalog.project_cards'::regclass)
+            OR (card.tableoid, card.ctid) IN (SELECT tableoid, ctid FROM batch))
        AND card.status = 'Delisted' AND card.updated_at < %(cutoff)s
        AND card.id <> ALL((SELECT ids FROM holding)::uuid[])
     RETURNING card.id
