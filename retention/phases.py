@@ -266,6 +266,25 @@ PHASES = (ORPHAN_OBJECT_OVERRIDES, ORPHAN_BUILDING_OVERRIDES, PROPERTY_OBJECTS, 
 CARD_PHASES = (PROPERTY_OBJECTS, PROJECTS)
 
 
+# The layout a run refuses (docs/how-it-works.md, "A partitioned catalog"): a foreign table among the partitions (or
+# inheritance children, at any depth) of a table the job deletes from. postgres_fdw locks a remote row FOR UPDATE
+# without SKIP LOCKED, on a remote session that the run's lock_timeout does not bound.
+FOREIGN_PARTITION = """
+WITH RECURSIVE tree AS (
+    SELECT oid AS root, oid AS relid FROM pg_class
+     WHERE oid IN ('catalog.property_object_cards'::regclass, 'catalog.project_cards'::regclass,
+                   'catalog.property_object_display_overrides'::regclass, 'catalog.building_display_overrides'::regclass)
+    UNION ALL
+    SELECT tree.root, pg_inherits.inhrelid FROM tree JOIN pg_inherits ON pg_inherits.inhparent = tree.relid
+)
+SELECT tree.root::regclass::text, tree.relid::regclass::text
+  FROM tree JOIN pg_class ON pg_class.oid = tree.relid
+ WHERE pg_class.relkind = 'f'
+ ORDER BY 1, 2
+ LIMIT 1
+"""
+
+
 # The dry run's SQL (retention.preview). Parameters: cutoff; objects, how many overdue objects the run reaches;
 # kept_from_at and kept_from_id, the boundary; projects, how many projects it deletes.
 FIRST_OBJECT_KEPT = """

@@ -29,13 +29,21 @@ from retention.limits import PurgeLimits
 from retention.locks import PooledSessionError, PoolSaturated, advisory_lock, prove_holder
 from retention.metrics import RunMetrics
 from retention.pacing import ReplicaLagHidden, wait_for_replicas
-from retention.phases import BATCH_ROWS, CARD_PHASES, PHASES, PROJECTS, PROPERTY_OBJECTS, SCAN_CHUNK, Phase
+from retention.phases import (
+    BATCH_ROWS, CARD_PHASES, FOREIGN_PARTITION, PHASES, PROJECTS, PROPERTY_OBJECTS, SCAN_CHUNK, Phase,
+)
 from retention.preview import preview_purge
 from retention.results import DELETED_COUNTS, Culprit, Outcome, PurgeFailed, PurgeResult, StopReason
 from retention.session import SYNC_WAIT_CANCELLED_MESSAGE, JobSession, StopRequest, StopRun, sqlstate
 from retention.spans import current_trace_id, failed, result_attributes, run_attributes, traced
 
 LOCK_NAME = "job:scheduled:catalog-delisted-retention"
+
+
+class UnsupportedLayout(Exception):
+    """The catalog's tables are laid out in a way the job cannot keep its rules on: it refuses to start."""
+
+
 # SQLSTATE classes of errors that belong to the rows, not to the database: data exceptions (22), integrity
 # constraint violations (23), PL/pgSQL raise (P0). XX000 (internal_error) is the database's own fault.
 DATA_ERROR_CLASSES = ("22", "23", "P0")
@@ -52,8 +60,14 @@ CULPRITS_LISTED = 20  # culprits logged one by one and carried in the result; th
 MAX_CULPRITS = 5000
 SCHEMA_MISSING = "the catalog schema is missing in database {alias!r}: run `manage.py migrate`"
 DATABASE_UNREACHABLE = "database {alias!r} is unreachable: {error}"
+FOREIGN_PARTITION_REFUSED = (
+    "{table} has a foreign table among its partitions, {partition}: a batch could not skip a row locked on the remote "
+    "server, nor bound its wait there; purge_delisted does not run on this layout"
+)
 # What ends a run as failed with a one-line error; StopRun ends it with a reason.
-INFRASTRUCTURE_ERRORS = (DatabaseError, psycopg.Error, PooledSessionError, PoolSaturated, ReplicaLagHidden)
+INFRASTRUCTURE_ERRORS = (
+    DatabaseError, psycopg.Error, PooledSessionError, PoolSaturated, ReplicaLagHidden, UnsupportedLayout,
+)
 
 
 def purge_delisted_cards(
@@ -86,6 +100,7 @@ def purge_delisted_cards(
         with session.running():
             try:
                 if dry_run:
+                    refuse_unsupported_layout(session)
                     run.cutoff = compute_cutoff(session, session.limits.retention, now)
                     result = run_result(session, run, **preview_purge(session, cutoff=run.cutoff), dry_run=True)
                 else:
@@ -156,8 +171,19 @@ def stop_if_due(session: JobSession, run: Run) -> None:
         raise StopRun(StopReason.MAX_BATCHES)
 
 
+def refuse_unsupported_layout(session: JobSession) -> None:
+    """UnsupportedLayout when a table the job deletes from has a foreign table among its partitions (phases,
+    FOREIGN_PARTITION). Any other partitioning the job runs on (docs/how-it-works.md, "A partitioned catalog")."""
+    with session.transaction() as cursor:
+        cursor.execute(FOREIGN_PARTITION)
+        found = cursor.fetchone()
+    if found:
+        table, partition = found
+        raise UnsupportedLayout(FOREIGN_PARTITION_REFUSED.format(table=table, partition=partition))
+
+
 def describe_failure(error: Exception, alias: str) -> str:
-    if isinstance(error, (PooledSessionError, PoolSaturated, ReplicaLagHidden)):
+    if isinstance(error, (PooledSessionError, PoolSaturated, ReplicaLagHidden, UnsupportedLayout)):
         return str(error)
     if sqlstate(error) in UNDEFINED_OBJECT_STATES:
         return SCHEMA_MISSING.format(alias=alias)
@@ -174,6 +200,7 @@ def locked_run(
         if not acquired:
             session.log.warning("purge skipped: the advisory lock is held by another run", extra={"lock": LOCK_NAME})
             return run_result(session, run, StopReason.LOCK_BUSY), None
+        refuse_unsupported_layout(session)
         at_start = None
         try:
             run.cutoff = compute_cutoff(session, session.limits.retention, now)

@@ -370,6 +370,20 @@ SELECT (SELECT count(*) FROM catalog.property_object_display_overrides
 -- culprit search: a refused batch's rows
 SELECT unnest(%(ids)s::text[]), unnest(%(tables)s::oid[])::text, unnest(%(row_addresses)s::tid[])::text;
 
+-- layout refused: a foreign partition
+WITH RECURSIVE tree AS (
+    SELECT oid AS root, oid AS relid FROM pg_class
+     WHERE oid IN ('catalog.property_object_cards'::regclass, 'catalog.project_cards'::regclass,
+                   'catalog.property_object_display_overrides'::regclass, 'catalog.building_display_overrides'::regclass)
+    UNION ALL
+    SELECT tree.root, pg_inherits.inhrelid FROM tree JOIN pg_inherits ON pg_inherits.inhparent = tree.relid
+)
+SELECT tree.root::regclass::text, tree.relid::regclass::text
+  FROM tree JOIN pg_class ON pg_class.oid = tree.relid
+ WHERE pg_class.relkind = 'f'
+ ORDER BY 1, 2
+ LIMIT 1;
+
 -- replica lag
 SELECT count(*),
        bool_or(state IS NULL),

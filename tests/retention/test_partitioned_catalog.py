@@ -15,6 +15,7 @@ import pytest
 from django.db import connection
 
 from retention.results import Outcome, PurgeFailed, StopReason
+from retention.service import FOREIGN_PARTITION_REFUSED
 from tests.support import database_url_of_tests, deletes_refused, held_in_another_transaction, purge
 
 pytestmark = pytest.mark.django_db(transaction=True)  # the partitioned table and the job's transactions are real
@@ -24,8 +25,9 @@ HASH_BY_4 = [f"FOR VALUES WITH (MODULUS 4, REMAINDER {remainder})" for remainder
 
 
 @contextmanager
-def partitioned(table: str, *, by: str, bounds: list[str], primary_key: str) -> Iterator[None]:
-    """catalog.`table` re-created PARTITION BY `by`, one partition per bound, for the block."""
+def partitioned(table: str, *, by: str, bounds: list[str], primary_key: str | None) -> Iterator[None]:
+    """catalog.`table` re-created PARTITION BY `by`, one partition per bound, for the block (without a primary key
+    when `primary_key` is None)."""
     with connection.cursor() as cursor:
         cursor.execute(f"CREATE SCHEMA {SAVED}; ALTER TABLE catalog.{table} SET SCHEMA {SAVED}")
         cursor.execute(
@@ -35,7 +37,7 @@ def partitioned(table: str, *, by: str, bounds: list[str], primary_key: str) -> 
         indexes = [definition.replace(f" ON {SAVED}.", " ON catalog.") for (definition,) in cursor.fetchall()]
         cursor.execute(
             f"CREATE TABLE catalog.{table} (LIKE {SAVED}.{table} INCLUDING DEFAULTS INCLUDING CONSTRAINTS"
-            f" INCLUDING IDENTITY, PRIMARY KEY ({primary_key})) PARTITION BY {by}"
+            f" INCLUDING IDENTITY{f', PRIMARY KEY ({primary_key})' if primary_key else ''}) PARTITION BY {by}"
         )
         for number, bound in enumerate(bounds):
             cursor.execute(f"CREATE TABLE catalog.{table}_{number} PARTITION OF catalog.{table} {bound}")
@@ -305,3 +307,41 @@ def test_an_override_moved_to_another_partition_while_the_batch_waits_for_it_is_
         assert result.deleted_property_object_cards == result.deleted_property_object_overrides == 50
         assert not ids_of("property_object_cards")
         assert orphans_and_dangling() == (0, 0, 0)
+
+
+@pytest.fixture
+def loopback_server():
+    """A postgres_fdw server pointing back at the test database, as a DBA moving old cards elsewhere would set up."""
+    if not execute("SELECT 1 FROM pg_available_extensions WHERE name = 'postgres_fdw'"):
+        pytest.skip("postgres_fdw is not installed on this server (PostgreSQL's contrib)")
+    db = connection.settings_dict
+    execute("CREATE EXTENSION postgres_fdw")
+    execute(f"CREATE SERVER loopback FOREIGN DATA WRAPPER postgres_fdw"
+            f" OPTIONS (host '{db['HOST'] or 'localhost'}', port '{db['PORT'] or 5432}', dbname '{db['NAME']}')")
+    execute(f"CREATE USER MAPPING FOR CURRENT_USER SERVER loopback OPTIONS (user '{db['USER']}')")
+    try:
+        yield "loopback"
+    finally:
+        execute("DROP EXTENSION postgres_fdw CASCADE")  # its server, mapping and foreign tables
+
+
+@pytest.mark.parametrize("dry_run", [False, True], ids=["run", "dry run"])
+def test_cards_with_a_foreign_table_among_their_partitions_are_refused_at_start_in_one_line(loopback_server, dry_run):
+    # A unique index cannot span a foreign partition: such a layout has no primary key on the parent.
+    with partitioned("property_object_cards", by="LIST (status)", primary_key=None,
+                     bounds=["FOR VALUES IN ('Delisted')", "FOR VALUES IN ('Published')"]):
+        execute("CREATE TABLE public.hidden_cards (LIKE catalog.property_object_cards)")
+        execute("CREATE FOREIGN TABLE catalog.property_object_cards_hidden PARTITION OF catalog.property_object_cards"
+                " FOR VALUES IN ('Hidden') SERVER loopback OPTIONS (schema_name 'public', table_name 'hidden_cards')")
+        try:
+            cards = overdue_property_objects(10, project_id=published_project())
+
+            with pytest.raises(PurgeFailed) as failure:
+                purge(dry_run=dry_run)
+
+            result = failure.value.result
+            assert result.error == FOREIGN_PARTITION_REFUSED.format(
+                table="catalog.property_object_cards", partition="catalog.property_object_cards_hidden")
+            assert result.batches_processed == 0 and ids_of("property_object_cards") == set(cards)
+        finally:
+            execute("DROP TABLE public.hidden_cards")
