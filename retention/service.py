@@ -52,7 +52,7 @@ UNDEFINED_OBJECT_STATES = ("42P01", "3F000")  # undefined table, invalid schema 
 # moved to another partition by a committed update) and deadlock_detected (40P01). The failed attempt rolled back
 # whole, so a new one deletes nothing twice.
 TRANSIENT_STATES = ("40001", "40P01")
-BATCH_ATTEMPTS = 3
+BATCH_ATTEMPTS = 5
 RETRY_BACKOFF = 0.1  # seconds before the second attempt, doubled before each next one
 IDS_PER_LOG_LINE = 150  # ~6 KB of uuids: every log line stays under 8 KiB
 CULPRITS_LISTED = 20  # culprits logged one by one and carried in the result; the rest are only counted

@@ -1,4 +1,4 @@
-"""A transient error (serialization failure 40001, deadlock 40P01) runs the same batch again, at most three attempts
+"""A transient error (serialization failure 40001, deadlock 40P01) runs the same batch again, at most five attempts
 with a short backoff, before it fails the run: the failed attempt rolled back whole, so the new one deletes nothing
 twice. A stop that comes during the backoff ends the run stopped. The case met on a partitioned catalog, a row moved
 to another partition: tests/retention/test_partitioned_catalog.py."""

@@ -236,13 +236,13 @@ class Restorer:
                                       ORDER BY updated_at, id OFFSET %(offset)s LIMIT 1 FOR UPDATE SKIP LOCKED)
                         RETURNING id::text
                         """,
-                        {"offset": pick.randrange(200)},
+                        {"offset": pick.randrange(500)},
                     ).fetchall()
                 except psycopg.errors.SerializationFailure:  # a row it picked moved meanwhile: the job's case too
                     self.conflicts += 1
                     continue
                 self.restored.update(card_id for (card_id,) in restored)
-                time.sleep(0.002)
+                time.sleep(0.01)
 
 
 def test_cards_list_partitioned_by_status_under_live_restores_the_run_completes_and_deletes_no_restored_card(caplog):
