@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.factories import PropertyObjectCardFactory
-from tests.support import PROJECT_ROOT, deletes_refused
+from tests.support import PROJECT_ROOT, deletes_refused, first_delete_fails
 from tests.tracing.conftest import run_traced
 from tests.tracing.receiver import ReceivedSpan, span_tree
 
@@ -145,6 +145,22 @@ def test_a_refused_batch_and_the_failed_run_have_error_status_and_the_culprit_is
     (isolation,) = [span for span in spans if span.name == "isolate_culprits"]
     assert isolation.parent_span_id == batch.span_id
     assert [(name, attributes["card_id"]) for name, attributes in isolation.events] == [("culprit", str(poison.id))]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_batch_retried_after_a_transient_error_carries_the_retry_as_an_event_and_counts_it(receiver):
+    PropertyObjectCardFactory.create_batch(3, long_delisted=True)
+
+    with first_delete_fails("40P01"):
+        completed = run_traced("purge_delisted", "--json", receiver=receiver)
+
+    assert completed.returncode == 0, completed.stderr
+    assert json.loads(completed.stdout)["deleted_property_object_cards"] == 3
+    _, spans = only_trace(receiver)
+    (batch,) = [span for span in spans if span.name == "batch"]
+    assert batch.status != "error" and batch.attributes["retention.retries"] == 1
+    [(name, retry)] = batch.events
+    assert (name, retry["attempt"], retry["sqlstate"]) == ("retry", 1, "40P01")
 
 
 @pytest.mark.django_db(transaction=True)
