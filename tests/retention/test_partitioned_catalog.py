@@ -30,24 +30,25 @@ def partitioned(table: str, *, by: str, bounds: list[str], primary_key: str | No
     when `primary_key` is None)."""
     with connection.cursor() as cursor:
         cursor.execute(f"CREATE SCHEMA {SAVED}; ALTER TABLE catalog.{table} SET SCHEMA {SAVED}")
-        cursor.execute(
-            "SELECT pg_get_indexdef(indexrelid) FROM pg_index"
-            " WHERE indrelid = %s::regclass AND NOT indisprimary", [f"{SAVED}.{table}"],
-        )
-        indexes = [definition.replace(f" ON {SAVED}.", " ON catalog.") for (definition,) in cursor.fetchall()]
-        cursor.execute(
-            f"CREATE TABLE catalog.{table} (LIKE {SAVED}.{table} INCLUDING DEFAULTS INCLUDING CONSTRAINTS"
-            f" INCLUDING IDENTITY{f', PRIMARY KEY ({primary_key})' if primary_key else ''}) PARTITION BY {by}"
-        )
-        for number, bound in enumerate(bounds):
-            cursor.execute(f"CREATE TABLE catalog.{table}_{number} PARTITION OF catalog.{table} {bound}")
-        for definition in indexes:
-            cursor.execute(definition)
     try:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT pg_get_indexdef(indexrelid) FROM pg_index"
+                " WHERE indrelid = %s::regclass AND NOT indisprimary", [f"{SAVED}.{table}"],
+            )
+            indexes = [definition.replace(f" ON {SAVED}.", " ON catalog.") for (definition,) in cursor.fetchall()]
+            cursor.execute(
+                f"CREATE TABLE catalog.{table} (LIKE {SAVED}.{table} INCLUDING DEFAULTS INCLUDING CONSTRAINTS"
+                f" INCLUDING IDENTITY{f', PRIMARY KEY ({primary_key})' if primary_key else ''}) PARTITION BY {by}"
+            )
+            for number, bound in enumerate(bounds):
+                cursor.execute(f"CREATE TABLE catalog.{table}_{number} PARTITION OF catalog.{table} {bound}")
+            for definition in indexes:
+                cursor.execute(definition)
         yield
     finally:
         with connection.cursor() as cursor:
-            cursor.execute(f"DROP TABLE catalog.{table}; ALTER TABLE {SAVED}.{table} SET SCHEMA catalog;"
+            cursor.execute(f"DROP TABLE IF EXISTS catalog.{table}; ALTER TABLE {SAVED}.{table} SET SCHEMA catalog;"
                            f" DROP SCHEMA {SAVED}")
 
 
