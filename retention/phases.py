@@ -53,8 +53,8 @@ class Phase:
     scan_sql: str | None = None
 
 
-# A phase's statements from two parts: `select_batch`, the SELECT of a batch's rows (id, ctid, the `moment` of its
-# key), and `delete`, the DELETEs of the rows of the CTE `batch` and their overrides, ending in the CTEs
+# A phase's statements from two parts: `select_batch`, the SELECT of a batch's rows (id, tableoid, ctid, the `moment`
+# of its key), and `delete`, the DELETEs of the rows of the CTE `batch` and their overrides, ending in the CTEs
 # `deleted_overrides` and (card phases) `deleted_cards`. A locked row's ctid cannot change while its lock is held.
 def phase(name: str, *, select_batch: str, delete: str, moment: str, id_type: str, first_key: tuple,
           deleted_cards: str | None, deleted_overrides: str, scan_sql: str | None = None) -> Phase:
@@ -64,8 +64,8 @@ def phase(name: str, *, select_batch: str, delete: str, moment: str, id_type: st
         name=name,
         # Ids and row addresses come back as one array text value each, not thousands of values to adapt.
         lock_sql=clean(f"""
-            SELECT count(*), array_agg(id)::text, array_agg(ctid)::text, pg_backend_pid(),
-                   current_setting('{SESSION_MARKER}', true)
+            SELECT count(*), array_agg(id)::text, array_agg(tableoid)::text, array_agg(ctid)::text,
+                   pg_backend_pid(), current_setting('{SESSION_MARKER}', true)
               FROM (
                 {indented(select_batch, 16)}
                    FOR UPDATE SKIP LOCKED
@@ -73,7 +73,8 @@ def phase(name: str, *, select_batch: str, delete: str, moment: str, id_type: st
         """),
         delete_sql=clean(f"""
             WITH batch AS (
-                SELECT unnest(%(row_addresses)s::tid[]) AS ctid, unnest(%(ids)s::{id_type}[]) AS id
+                SELECT unnest(%(tables)s::oid[]) AS tableoid, unnest(%(row_addresses)s::tid[]) AS ctid,
+                       unnest(%(ids)s::{id_type}[]) AS id
             ),
             {indented(delete, 12)}
             SELECT {counts}, (SELECT count(*) FROM deleted_overrides)
@@ -108,8 +109,19 @@ def indented(part: str, column: int) -> str:
     return textwrap.indent(part, " " * column).lstrip()
 
 
-# A refused batch's rows (lock_sql's arrays), one (id, row address) a row, for the culprit search to split.
-BATCH_ROWS = "SELECT unnest(%(ids)s::text[]), unnest(%(row_addresses)s::tid[])::text"
+# A refused batch's rows (lock_sql's arrays), one (id, table, row address) a row, for the culprit search to split.
+BATCH_ROWS = "SELECT unnest(%(ids)s::text[]), unnest(%(tables)s::oid[])::text, unnest(%(row_addresses)s::tid[])::text"
+
+
+def locked_by_batch(row: str, table: str, *, column: int) -> str:
+    """The rows of catalog.`table` (aliased `row`) that the CTE `batch` locked, by row address, for a WHERE written
+    at `column`. A ctid is unique within one table only: on a table with partitions (or inheritance children,
+    pg_class.relhassubclass), each of them a table of its own, the pair (tableoid, ctid) names the row. The ctid list
+    alone gives the TID scan; the pair is checked, against a hash of the batch, only where the table has
+    partitions, so that a plain table's batch pays nothing for it."""
+    return indented(f"""{row}.ctid = ANY(ARRAY(SELECT ctid FROM batch))
+  AND (NOT (SELECT relhassubclass FROM pg_class WHERE oid = 'catalog.{table}'::regclass)
+       OR ({row}.tableoid, {row}.ctid) IN (SELECT tableoid, ctid FROM batch))""", column)
 
 
 def after_key(moment: str, id_type: str, *, at: str = "%(after_at)s::timestamptz") -> str:
@@ -120,7 +132,7 @@ def after_key(moment: str, id_type: str, *, at: str = "%(after_at)s::timestamptz
 def overdue_cards(cards: str, *, held_back: bool = False) -> str:
     """The SELECT of a batch of overdue cards, oldest first; with `held_back`, none that the rule holds back."""
     return f"""
-        SELECT id, ctid, updated_at FROM catalog.{cards} AS card
+        SELECT id, tableoid, ctid, updated_at FROM catalog.{cards} AS card
          WHERE status = 'Delisted' AND updated_at < %(cutoff)s{f" AND NOT {HELD_BACK}" if held_back else ""}
            AND {after_key("updated_at", "uuid")}
            AND (%(only_ids)s::uuid[] IS NULL OR id = ANY(%(only_ids)s::uuid[]))
@@ -135,7 +147,7 @@ def delete_cards(cards: str, *, overrides: str, card_key: str, keep: str = "") -
     return f"""
         deleted_cards AS (
             DELETE FROM catalog.{cards} AS card
-             WHERE card.ctid = ANY(ARRAY(SELECT ctid FROM batch))
+             WHERE {locked_by_batch("card", cards, column=13)}
                AND card.status = 'Delisted' AND card.updated_at < %(cutoff)s{keep}
             RETURNING card.id
         ), deleted_overrides AS (
@@ -218,7 +230,7 @@ def orphan_phase(name: str, *, overrides: str, cards: str, card_key: str, delete
                      WHERE card.found IS NULL""",
         ),
         select_batch=f"""
-            SELECT id, ctid, created_at FROM catalog.{overrides} AS override
+            SELECT id, tableoid, ctid, created_at FROM catalog.{overrides} AS override
              WHERE id = ANY(%(only_ids)s::bigint[]) AND {card_is_gone} AND {after_key("created_at", "bigint")}
                AND id::text <> ALL(%(skipped_ids)s::text[])
              ORDER BY created_at, id
@@ -227,7 +239,8 @@ def orphan_phase(name: str, *, overrides: str, cards: str, card_key: str, delete
         delete=f"""
             deleted_overrides AS (
                 DELETE FROM catalog.{overrides} AS override
-                 WHERE override.ctid = ANY(ARRAY(SELECT ctid FROM batch)) AND {card_is_gone}
+                 WHERE {locked_by_batch("override", overrides, column=17)}
+                   AND {card_is_gone}
                 RETURNING 1
             )
         """,
@@ -251,6 +264,25 @@ ORPHAN_BUILDING_OVERRIDES = orphan_phase(
 # The orphans first: a run stopped by a limit in the card phases has still looked at every orphan in the window.
 PHASES = (ORPHAN_OBJECT_OVERRIDES, ORPHAN_BUILDING_OVERRIDES, PROPERTY_OBJECTS, PROJECTS)
 CARD_PHASES = (PROPERTY_OBJECTS, PROJECTS)
+
+
+# The layout a run refuses (docs/how-it-works.md, "A partitioned catalog"): a foreign table among the partitions (or
+# inheritance children, at any depth) of a table the job deletes from. postgres_fdw locks a remote row FOR UPDATE
+# without SKIP LOCKED, on a remote session that the run's lock_timeout does not bound.
+FOREIGN_PARTITION = """
+WITH RECURSIVE tree AS (
+    SELECT oid AS root, oid AS relid FROM pg_class
+     WHERE oid IN ('catalog.property_object_cards'::regclass, 'catalog.project_cards'::regclass,
+                   'catalog.property_object_display_overrides'::regclass, 'catalog.building_display_overrides'::regclass)
+    UNION ALL
+    SELECT tree.root, pg_inherits.inhrelid FROM tree JOIN pg_inherits ON pg_inherits.inhparent = tree.relid
+)
+SELECT tree.root::regclass::text, tree.relid::regclass::text
+  FROM tree JOIN pg_class ON pg_class.oid = tree.relid
+ WHERE pg_class.relkind = 'f'
+ ORDER BY 1, 2
+ LIMIT 1
+"""
 
 
 # The dry run's SQL (retention.preview). Parameters: cutoff; objects, how many overdue objects the run reaches;

@@ -30,25 +30,45 @@ from retention.limits import PurgeLimits
 from retention.locks import PooledSessionError, PoolSaturated, advisory_lock, prove_holder
 from retention.metrics import RunMetrics
 from retention.pacing import ReplicaLagHidden, wait_for_replicas
-from retention.phases import BATCH_ROWS, CARD_PHASES, PHASES, PROJECTS, PROPERTY_OBJECTS, SCAN_CHUNK, Phase
+from retention.phases import (
+    BATCH_ROWS, CARD_PHASES, FOREIGN_PARTITION, PHASES, PROJECTS, PROPERTY_OBJECTS, SCAN_CHUNK, Phase,
+)
 from retention.preview import preview_purge
 from retention.results import DELETED_COUNTS, Culprit, Outcome, PurgeFailed, PurgeResult, StopReason
 from retention.session import SYNC_WAIT_CANCELLED_MESSAGE, JobSession, StopRequest, StopRun, sqlstate
 from retention.spans import current_trace_id, failed, result_attributes, run_attributes, run_span, traced
 
 LOCK_NAME = "job:scheduled:catalog-delisted-retention"
+
+
+class UnsupportedLayout(Exception):
+    """The catalog's tables are laid out in a way the job cannot keep its rules on: it refuses to start."""
+
+
 # SQLSTATE classes of errors that belong to the rows, not to the database: data exceptions (22), integrity
 # constraint violations (23), PL/pgSQL raise (P0). XX000 (internal_error) is the database's own fault.
 DATA_ERROR_CLASSES = ("22", "23", "P0")
 UNDEFINED_OBJECT_STATES = ("42P01", "3F000")  # undefined table, invalid schema name
+# Errors that a new attempt of the same batch clears: serialization_failure (40001, also a row the batch meets just
+# moved to another partition by a committed update) and deadlock_detected (40P01). The failed attempt rolled back
+# whole, so a new one deletes nothing twice.
+TRANSIENT_STATES = ("40001", "40P01")
+BATCH_ATTEMPTS = 5
+RETRY_BACKOFF = 0.1  # seconds before the second attempt, doubled before each next one
 IDS_PER_LOG_LINE = 150  # ~6 KB of uuids: every log line stays under 8 KiB
 CULPRITS_LISTED = 20  # culprits logged one by one and carried in the result; the rest are only counted
 # More culprits than this in one run is no longer a few poison cards but a systemic refusal: the run stops.
 MAX_CULPRITS = 5000
 SCHEMA_MISSING = "the catalog schema is missing in database {alias!r}: run `manage.py migrate`"
 DATABASE_UNREACHABLE = "database {alias!r} is unreachable: {error}"
+FOREIGN_PARTITION_REFUSED = (
+    "{table} has a foreign table among its partitions, {partition}: a batch could not skip a row locked on the remote "
+    "server, nor bound its wait there; purge_delisted does not run on this layout"
+)
 # What ends a run as failed with a one-line error; StopRun ends it with a reason.
-INFRASTRUCTURE_ERRORS = (DatabaseError, psycopg.Error, PooledSessionError, PoolSaturated, ReplicaLagHidden)
+INFRASTRUCTURE_ERRORS = (
+    DatabaseError, psycopg.Error, PooledSessionError, PoolSaturated, ReplicaLagHidden, UnsupportedLayout,
+)
 
 
 def purge_delisted_cards(
@@ -82,6 +102,7 @@ def purge_delisted_cards(
         with session.running():
             try:
                 if dry_run:
+                    refuse_unsupported_layout(session)
                     run.cutoff = compute_cutoff(session, session.limits.retention, now)
                     result = run_result(session, run, **preview_purge(session, cutoff=run.cutoff), dry_run=True)
                 else:
@@ -152,8 +173,19 @@ def stop_if_due(session: JobSession, run: Run) -> None:
         raise StopRun(StopReason.MAX_BATCHES)
 
 
+def refuse_unsupported_layout(session: JobSession) -> None:
+    """UnsupportedLayout when a table the job deletes from has a foreign table among its partitions (phases,
+    FOREIGN_PARTITION). Any other partitioning the job runs on (docs/how-it-works.md, "A partitioned catalog")."""
+    with session.transaction() as cursor:
+        cursor.execute(FOREIGN_PARTITION)
+        found = cursor.fetchone()
+    if found:
+        table, partition = found
+        raise UnsupportedLayout(FOREIGN_PARTITION_REFUSED.format(table=table, partition=partition))
+
+
 def describe_failure(error: Exception, alias: str) -> str:
-    if isinstance(error, (PooledSessionError, PoolSaturated, ReplicaLagHidden)):
+    if isinstance(error, (PooledSessionError, PoolSaturated, ReplicaLagHidden, UnsupportedLayout)):
         return str(error)
     if sqlstate(error) in UNDEFINED_OBJECT_STATES:
         return SCHEMA_MISSING.format(alias=alias)
@@ -170,6 +202,7 @@ def locked_run(
         if not acquired:
             session.log.warning("purge skipped: the advisory lock is held by another run", extra={"lock": LOCK_NAME})
             return run_result(session, run, StopReason.LOCK_BUSY), None
+        refuse_unsupported_layout(session)
         at_start = None
         try:
             run.cutoff = compute_cutoff(session, session.limits.retention, now)
@@ -274,7 +307,8 @@ def traced_batch(
     else:
         run.refused_batches = 0
     span.set_attributes({"retention.selected": outcome.selected, "retention.deleted_cards": outcome.deleted_cards,
-                         "retention.deleted_overrides": outcome.deleted_overrides})
+                         "retention.deleted_overrides": outcome.deleted_overrides,
+                         "retention.retries": outcome.retries})
     if not outcome.selected:
         span.update_name("empty_batch")
     return outcome
@@ -343,6 +377,7 @@ class BatchOutcome:
     deleted_cards: int
     deleted_overrides: int
     last_key: tuple | None = None  # the key of the batch's last row: where the phase's next batch resumes
+    retries: int = 0  # attempts that failed on a transient error before this one
 
 
 class BatchRefused(Exception):
@@ -359,28 +394,50 @@ def delete_batch(
     session: JobSession, run: Run, phase: Phase, after: tuple, only_ids: list[str] | None
 ) -> BatchOutcome:
     """One batch, one transaction, one statement: lock the oldest overdue rows after the key `after` (of those
-    of `only_ids`), delete them, prove it ran on the lock's session. Counted in the run when it commits."""
+    of `only_ids`), delete them, prove it ran on the lock's session. Counted in the run when it commits. A transient
+    error (TRANSIENT_STATES) runs the batch again, up to BATCH_ATTEMPTS in all, before it fails the run."""
     after_at, after_id = after
     params = {
         "cutoff": run.cutoff, "batch_size": session.limits.batch_size, "after_at": after_at, "after_id": after_id,
         "only_ids": None if only_ids is None else array_literal(only_ids),
         "skipped_ids": array_literal([c.card_id for c in run.culprits if c.phase == phase.name]),
     }
-    try:
-        with session.transaction(writes=True) as cursor:
-            cursor.execute(phase.batch_sql, params)
-            selected, deleted_cards, deleted_overrides, backend_pid, marker, *last_key = cursor.fetchone()
-            prove_holder(session, backend_pid, marker)
-    except DatabaseError as error:
-        if is_data_error(error):
-            raise BatchRefused(error, params) from error
-        log_batch_failure(session, run, phase, error, ids_of_failed_batch(session, phase, params))
-        raise
+    for attempt in range(1, BATCH_ATTEMPTS + 1):
+        try:
+            with session.transaction(writes=True) as cursor:
+                cursor.execute(phase.batch_sql, params)
+                selected, deleted_cards, deleted_overrides, backend_pid, marker, *last_key = cursor.fetchone()
+                prove_holder(session, backend_pid, marker)
+            break
+        except DatabaseError as error:
+            if is_data_error(error):
+                raise BatchRefused(error, params) from error
+            if sqlstate(error) in TRANSIENT_STATES and attempt < BATCH_ATTEMPTS:
+                wait_to_retry(session, run, phase, error, attempt)
+                continue
+            log_batch_failure(session, run, phase, error, ids_of_failed_batch(session, phase, params))
+            raise
     if not selected:
-        return BatchOutcome(selected=0, deleted_cards=0, deleted_overrides=0)
+        return BatchOutcome(selected=0, deleted_cards=0, deleted_overrides=0, retries=attempt - 1)
     return count_batch(session, run, phase, BatchOutcome(
         selected=selected, deleted_cards=deleted_cards, deleted_overrides=deleted_overrides, last_key=tuple(last_key),
+        retries=attempt - 1,
     ))
+
+
+def wait_to_retry(session: JobSession, run: Run, phase: Phase, error: DatabaseError, attempt: int) -> None:
+    """After a batch's failed `attempt`: say so (log line, an event on the batch's span), then wait the backoff;
+    StopRun when a stop or the run's time comes meanwhile."""
+    backoff = RETRY_BACKOFF * 2 ** (attempt - 1)
+    message = first_line(error)
+    trace.get_current_span().add_event("retry", {"attempt": attempt, "sqlstate": sqlstate(error), "error": message})
+    session.log.warning(
+        "batch retried after a transient error",
+        extra={"phase": phase.name, "batch_index": run.batches, "attempt": attempt, "sqlstate": sqlstate(error),
+               "error": message, "backoff_seconds": backoff},
+    )
+    session.sleep(backoff)
+    session.check()
 
 
 def ids_of_failed_batch(session: JobSession, phase: Phase, params: dict) -> list[str]:
@@ -404,7 +461,8 @@ def count_batch(session: JobSession, run: Run, phase: Phase, outcome: BatchOutco
     session.log.debug(
         "batch done",
         extra={"phase": phase.name, "batch_index": run.batches - 1, "selected": outcome.selected,
-               "deleted_cards": outcome.deleted_cards, "deleted_overrides": outcome.deleted_overrides},
+               "deleted_cards": outcome.deleted_cards, "deleted_overrides": outcome.deleted_overrides,
+               "retries": outcome.retries},
     )
     return outcome
 
@@ -418,10 +476,11 @@ def isolate_culprits(session: JobSession, run: Run, phase: Phase, refusal: Batch
     deleted_cards = deleted_overrides = 0
     with traced("isolate_culprits", {"retention.phase": phase.name}), session.transaction(writes=True) as cursor:
         cursor.execute(phase.lock_sql, refusal.params)
-        selected, batch_ids, row_addresses, backend_pid, marker = cursor.fetchone()
+        selected, batch_ids, tables, row_addresses, backend_pid, marker = cursor.fetchone()
         prove_holder(session, backend_pid, marker)
         log_batch_failure(session, run, phase, refusal.error, parse_array(batch_ids) if batch_ids else [])
-        cursor.execute(BATCH_ROWS, {"ids": batch_ids or "{}", "row_addresses": row_addresses or "{}"})
+        cursor.execute(BATCH_ROWS, {"ids": batch_ids or "{}", "tables": tables or "{}",
+                                    "row_addresses": row_addresses or "{}"})
         pending = [(cursor.fetchall(), refusal.error)] if selected else []
         while pending:
             cards, error = pending.pop()
@@ -434,8 +493,9 @@ def isolate_culprits(session: JobSession, run: Run, phase: Phase, refusal: Batch
                     with transaction.atomic(using=session.using):  # a savepoint: a failing part undoes itself
                         cursor.execute(phase.delete_sql, {
                             # A row address "(page,item)" holds a comma: quoted as an array element.
-                            "row_addresses": array_literal([f'"{address}"' for _, address in part]),
-                            "ids": array_literal([card_id for card_id, _ in part]), "cutoff": run.cutoff,
+                            "row_addresses": array_literal([f'"{address}"' for _, _, address in part]),
+                            "tables": array_literal([table for _, table, _ in part]),
+                            "ids": array_literal([card_id for card_id, _, _ in part]), "cutoff": run.cutoff,
                         })
                         part_cards, part_overrides = cursor.fetchone()
                 except DatabaseError as part_error:

@@ -134,7 +134,7 @@ def deletes_refused(table: str = "catalog.property_object_cards", *, when: str =
                     error: str = "deletes refused by the test", sqlstate: str = "P0001") -> Iterator[None]:
     """A BEFORE DELETE trigger on `table` raising `error` (with the row's id) for each row matching `when` (a
     condition on OLD). The default SQLSTATE is a data error, as a constraint or someone else's trigger raises;
-    40001 (serialization failure) stands for an infrastructure error."""
+    53100 (disk full) stands for an infrastructure error, 40001 (serialization failure) for a transient one."""
     with connection.cursor() as cursor:
         cursor.execute(
             f"""
@@ -152,6 +152,21 @@ def deletes_refused(table: str = "catalog.property_object_cards", *, when: str =
     finally:
         with connection.cursor() as cursor:
             cursor.execute(f"DROP TRIGGER refuse_delete ON {table}; DROP FUNCTION public.refuse_delete()")
+
+
+@contextmanager
+def first_delete_fails(sqlstate: str, table: str = "catalog.property_object_cards") -> Iterator[None]:
+    """The first row a DELETE on `table` reaches raises `sqlstate`, once: a transient error that a new attempt
+    clears. A sequence counts the rows, as its nextval survives the attempt's rollback."""
+    with connection.cursor() as cursor:
+        cursor.execute("CREATE SEQUENCE public.deleted_rows_seen")
+    try:
+        with deletes_refused(table, when="nextval('public.deleted_rows_seen') = 1", error="transient error of the test",
+                             sqlstate=sqlstate):
+            yield
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("DROP SEQUENCE public.deleted_rows_seen")
 
 
 def free_loopback_port() -> int:

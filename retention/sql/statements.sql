@@ -36,7 +36,7 @@ SELECT (SELECT count(*) FROM chunk),
 
 -- orphan_property_object_overrides.batch_sql
 WITH batch AS (
-    SELECT id, ctid, created_at FROM catalog.property_object_display_overrides AS override
+    SELECT id, tableoid, ctid, created_at FROM catalog.property_object_display_overrides AS override
      WHERE id = ANY(%(only_ids)s::bigint[]) AND NOT EXISTS (SELECT FROM catalog.property_object_cards AS card WHERE card.id = override.property_object_id) AND (created_at, id) > (%(after_at)s::timestamptz, %(after_id)s::bigint)
        AND id::text <> ALL(%(skipped_ids)s::text[])
      ORDER BY created_at, id
@@ -45,7 +45,10 @@ WITH batch AS (
 ),
 deleted_overrides AS (
     DELETE FROM catalog.property_object_display_overrides AS override
-     WHERE override.ctid = ANY(ARRAY(SELECT ctid FROM batch)) AND NOT EXISTS (SELECT FROM catalog.property_object_cards AS card WHERE card.id = override.property_object_id)
+     WHERE override.ctid = ANY(ARRAY(SELECT ctid FROM batch))
+       AND (NOT (SELECT relhassubclass FROM pg_class WHERE oid = 'catalog.property_object_display_overrides'::regclass)
+            OR (override.tableoid, override.ctid) IN (SELECT tableoid, ctid FROM batch))
+       AND NOT EXISTS (SELECT FROM catalog.property_object_cards AS card WHERE card.id = override.property_object_id)
     RETURNING 1
 ),
 last AS (
@@ -56,10 +59,10 @@ SELECT (SELECT count(*) FROM batch), 0, (SELECT count(*) FROM deleted_overrides)
        (SELECT created_at FROM last), (SELECT id FROM last);
 
 -- orphan_property_object_overrides.lock_sql
-SELECT count(*), array_agg(id)::text, array_agg(ctid)::text, pg_backend_pid(),
-       current_setting('purge_delisted.run_id', true)
+SELECT count(*), array_agg(id)::text, array_agg(tableoid)::text, array_agg(ctid)::text,
+       pg_backend_pid(), current_setting('purge_delisted.run_id', true)
   FROM (
-    SELECT id, ctid, created_at FROM catalog.property_object_display_overrides AS override
+    SELECT id, tableoid, ctid, created_at FROM catalog.property_object_display_overrides AS override
      WHERE id = ANY(%(only_ids)s::bigint[]) AND NOT EXISTS (SELECT FROM catalog.property_object_cards AS card WHERE card.id = override.property_object_id) AND (created_at, id) > (%(after_at)s::timestamptz, %(after_id)s::bigint)
        AND id::text <> ALL(%(skipped_ids)s::text[])
      ORDER BY created_at, id
@@ -69,11 +72,15 @@ SELECT count(*), array_agg(id)::text, array_agg(ctid)::text, pg_backend_pid(),
 
 -- orphan_property_object_overrides.delete_sql
 WITH batch AS (
-    SELECT unnest(%(row_addresses)s::tid[]) AS ctid, unnest(%(ids)s::bigint[]) AS id
+    SELECT unnest(%(tables)s::oid[]) AS tableoid, unnest(%(row_addresses)s::tid[]) AS ctid,
+           unnest(%(ids)s::bigint[]) AS id
 ),
 deleted_overrides AS (
     DELETE FROM catalog.property_object_display_overrides AS override
-     WHERE override.ctid = ANY(ARRAY(SELECT ctid FROM batch)) AND NOT EXISTS (SELECT FROM catalog.property_object_cards AS card WHERE card.id = override.property_object_id)
+     WHERE override.ctid = ANY(ARRAY(SELECT ctid FROM batch))
+       AND (NOT (SELECT relhassubclass FROM pg_class WHERE oid = 'catalog.property_object_display_overrides'::regclass)
+            OR (override.tableoid, override.ctid) IN (SELECT tableoid, ctid FROM batch))
+       AND NOT EXISTS (SELECT FROM catalog.property_object_cards AS card WHERE card.id = override.property_object_id)
     RETURNING 1
 )
 SELECT 0, (SELECT count(*) FROM deleted_overrides);
@@ -96,7 +103,7 @@ SELECT (SELECT count(*) FROM chunk),
 
 -- orphan_building_overrides.batch_sql
 WITH batch AS (
-    SELECT id, ctid, created_at FROM catalog.building_display_overrides AS override
+    SELECT id, tableoid, ctid, created_at FROM catalog.building_display_overrides AS override
      WHERE id = ANY(%(only_ids)s::bigint[]) AND NOT EXISTS (SELECT FROM catalog.project_cards AS card WHERE card.id = override.project_id) AND (created_at, id) > (%(after_at)s::timestamptz, %(after_id)s::bigint)
        AND id::text <> ALL(%(skipped_ids)s::text[])
      ORDER BY created_at, id
@@ -105,7 +112,10 @@ WITH batch AS (
 ),
 deleted_overrides AS (
     DELETE FROM catalog.building_display_overrides AS override
-     WHERE override.ctid = ANY(ARRAY(SELECT ctid FROM batch)) AND NOT EXISTS (SELECT FROM catalog.project_cards AS card WHERE card.id = override.project_id)
+     WHERE override.ctid = ANY(ARRAY(SELECT ctid FROM batch))
+       AND (NOT (SELECT relhassubclass FROM pg_class WHERE oid = 'catalog.building_display_overrides'::regclass)
+            OR (override.tableoid, override.ctid) IN (SELECT tableoid, ctid FROM batch))
+       AND NOT EXISTS (SELECT FROM catalog.project_cards AS card WHERE card.id = override.project_id)
     RETURNING 1
 ),
 last AS (
@@ -116,10 +126,10 @@ SELECT (SELECT count(*) FROM batch), 0, (SELECT count(*) FROM deleted_overrides)
        (SELECT created_at FROM last), (SELECT id FROM last);
 
 -- orphan_building_overrides.lock_sql
-SELECT count(*), array_agg(id)::text, array_agg(ctid)::text, pg_backend_pid(),
-       current_setting('purge_delisted.run_id', true)
+SELECT count(*), array_agg(id)::text, array_agg(tableoid)::text, array_agg(ctid)::text,
+       pg_backend_pid(), current_setting('purge_delisted.run_id', true)
   FROM (
-    SELECT id, ctid, created_at FROM catalog.building_display_overrides AS override
+    SELECT id, tableoid, ctid, created_at FROM catalog.building_display_overrides AS override
      WHERE id = ANY(%(only_ids)s::bigint[]) AND NOT EXISTS (SELECT FROM catalog.project_cards AS card WHERE card.id = override.project_id) AND (created_at, id) > (%(after_at)s::timestamptz, %(after_id)s::bigint)
        AND id::text <> ALL(%(skipped_ids)s::text[])
      ORDER BY created_at, id
@@ -129,18 +139,22 @@ SELECT count(*), array_agg(id)::text, array_agg(ctid)::text, pg_backend_pid(),
 
 -- orphan_building_overrides.delete_sql
 WITH batch AS (
-    SELECT unnest(%(row_addresses)s::tid[]) AS ctid, unnest(%(ids)s::bigint[]) AS id
+    SELECT unnest(%(tables)s::oid[]) AS tableoid, unnest(%(row_addresses)s::tid[]) AS ctid,
+           unnest(%(ids)s::bigint[]) AS id
 ),
 deleted_overrides AS (
     DELETE FROM catalog.building_display_overrides AS override
-     WHERE override.ctid = ANY(ARRAY(SELECT ctid FROM batch)) AND NOT EXISTS (SELECT FROM catalog.project_cards AS card WHERE card.id = override.project_id)
+     WHERE override.ctid = ANY(ARRAY(SELECT ctid FROM batch))
+       AND (NOT (SELECT relhassubclass FROM pg_class WHERE oid = 'catalog.building_display_overrides'::regclass)
+            OR (override.tableoid, override.ctid) IN (SELECT tableoid, ctid FROM batch))
+       AND NOT EXISTS (SELECT FROM catalog.project_cards AS card WHERE card.id = override.project_id)
     RETURNING 1
 )
 SELECT 0, (SELECT count(*) FROM deleted_overrides);
 
 -- property_objects.batch_sql
 WITH batch AS (
-    SELECT id, ctid, updated_at FROM catalog.property_object_cards AS card
+    SELECT id, tableoid, ctid, updated_at FROM catalog.property_object_cards AS card
      WHERE status = 'Delisted' AND updated_at < %(cutoff)s
        AND (updated_at, id) > (%(after_at)s::timestamptz, %(after_id)s::uuid)
        AND (%(only_ids)s::uuid[] IS NULL OR id = ANY(%(only_ids)s::uuid[]))
@@ -152,6 +166,8 @@ WITH batch AS (
 deleted_cards AS (
     DELETE FROM catalog.property_object_cards AS card
      WHERE card.ctid = ANY(ARRAY(SELECT ctid FROM batch))
+       AND (NOT (SELECT relhassubclass FROM pg_class WHERE oid = 'catalog.property_object_cards'::regclass)
+            OR (card.tableoid, card.ctid) IN (SELECT tableoid, ctid FROM batch))
        AND card.status = 'Delisted' AND card.updated_at < %(cutoff)s
     RETURNING card.id
 ), deleted_overrides AS (
@@ -167,10 +183,10 @@ SELECT (SELECT count(*) FROM batch), (SELECT count(*) FROM deleted_cards), (SELE
        (SELECT updated_at FROM last), (SELECT id FROM last);
 
 -- property_objects.lock_sql
-SELECT count(*), array_agg(id)::text, array_agg(ctid)::text, pg_backend_pid(),
-       current_setting('purge_delisted.run_id', true)
+SELECT count(*), array_agg(id)::text, array_agg(tableoid)::text, array_agg(ctid)::text,
+       pg_backend_pid(), current_setting('purge_delisted.run_id', true)
   FROM (
-    SELECT id, ctid, updated_at FROM catalog.property_object_cards AS card
+    SELECT id, tableoid, ctid, updated_at FROM catalog.property_object_cards AS card
      WHERE status = 'Delisted' AND updated_at < %(cutoff)s
        AND (updated_at, id) > (%(after_at)s::timestamptz, %(after_id)s::uuid)
        AND (%(only_ids)s::uuid[] IS NULL OR id = ANY(%(only_ids)s::uuid[]))
@@ -182,11 +198,14 @@ SELECT count(*), array_agg(id)::text, array_agg(ctid)::text, pg_backend_pid(),
 
 -- property_objects.delete_sql
 WITH batch AS (
-    SELECT unnest(%(row_addresses)s::tid[]) AS ctid, unnest(%(ids)s::uuid[]) AS id
+    SELECT unnest(%(tables)s::oid[]) AS tableoid, unnest(%(row_addresses)s::tid[]) AS ctid,
+           unnest(%(ids)s::uuid[]) AS id
 ),
 deleted_cards AS (
     DELETE FROM catalog.property_object_cards AS card
      WHERE card.ctid = ANY(ARRAY(SELECT ctid FROM batch))
+       AND (NOT (SELECT relhassubclass FROM pg_class WHERE oid = 'catalog.property_object_cards'::regclass)
+            OR (card.tableoid, card.ctid) IN (SELECT tableoid, ctid FROM batch))
        AND card.status = 'Delisted' AND card.updated_at < %(cutoff)s
     RETURNING card.id
 ), deleted_overrides AS (
@@ -211,7 +230,7 @@ SELECT (SELECT count(*) FROM chunk),
 
 -- projects.batch_sql
 WITH batch AS (
-    SELECT id, ctid, updated_at FROM catalog.project_cards AS card
+    SELECT id, tableoid, ctid, updated_at FROM catalog.project_cards AS card
      WHERE status = 'Delisted' AND updated_at < %(cutoff)s AND NOT EXISTS (SELECT FROM catalog.property_object_cards AS po WHERE po.project_id = card.id AND true)
        AND (updated_at, id) > (%(after_at)s::timestamptz, %(after_id)s::uuid)
        AND (%(only_ids)s::uuid[] IS NULL OR id = ANY(%(only_ids)s::uuid[]))
@@ -226,6 +245,8 @@ holding AS (
 deleted_cards AS (
     DELETE FROM catalog.project_cards AS card
      WHERE card.ctid = ANY(ARRAY(SELECT ctid FROM batch))
+       AND (NOT (SELECT relhassubclass FROM pg_class WHERE oid = 'catalog.project_cards'::regclass)
+            OR (card.tableoid, card.ctid) IN (SELECT tableoid, ctid FROM batch))
        AND card.status = 'Delisted' AND card.updated_at < %(cutoff)s
        AND card.id <> ALL((SELECT ids FROM holding)::uuid[])
     RETURNING card.id
@@ -242,10 +263,10 @@ SELECT (SELECT count(*) FROM batch), (SELECT count(*) FROM deleted_cards), (SELE
        (SELECT updated_at FROM last), (SELECT id FROM last);
 
 -- projects.lock_sql
-SELECT count(*), array_agg(id)::text, array_agg(ctid)::text, pg_backend_pid(),
-       current_setting('purge_delisted.run_id', true)
+SELECT count(*), array_agg(id)::text, array_agg(tableoid)::text, array_agg(ctid)::text,
+       pg_backend_pid(), current_setting('purge_delisted.run_id', true)
   FROM (
-    SELECT id, ctid, updated_at FROM catalog.project_cards AS card
+    SELECT id, tableoid, ctid, updated_at FROM catalog.project_cards AS card
      WHERE status = 'Delisted' AND updated_at < %(cutoff)s AND NOT EXISTS (SELECT FROM catalog.property_object_cards AS po WHERE po.project_id = card.id AND true)
        AND (updated_at, id) > (%(after_at)s::timestamptz, %(after_id)s::uuid)
        AND (%(only_ids)s::uuid[] IS NULL OR id = ANY(%(only_ids)s::uuid[]))
@@ -257,7 +278,8 @@ SELECT count(*), array_agg(id)::text, array_agg(ctid)::text, pg_backend_pid(),
 
 -- projects.delete_sql
 WITH batch AS (
-    SELECT unnest(%(row_addresses)s::tid[]) AS ctid, unnest(%(ids)s::uuid[]) AS id
+    SELECT unnest(%(tables)s::oid[]) AS tableoid, unnest(%(row_addresses)s::tid[]) AS ctid,
+           unnest(%(ids)s::uuid[]) AS id
 ),
 holding AS (
     SELECT catalog.projects_with_property_objects(ARRAY(SELECT id FROM batch)) AS ids
@@ -265,6 +287,8 @@ holding AS (
 deleted_cards AS (
     DELETE FROM catalog.project_cards AS card
      WHERE card.ctid = ANY(ARRAY(SELECT ctid FROM batch))
+       AND (NOT (SELECT relhassubclass FROM pg_class WHERE oid = 'catalog.project_cards'::regclass)
+            OR (card.tableoid, card.ctid) IN (SELECT tableoid, ctid FROM batch))
        AND card.status = 'Delisted' AND card.updated_at < %(cutoff)s
        AND card.id <> ALL((SELECT ids FROM holding)::uuid[])
     RETURNING card.id
@@ -344,7 +368,21 @@ SELECT (SELECT count(*) FROM catalog.property_object_display_overrides
        (SELECT count(*) FROM catalog.building_display_overrides WHERE project_id IN (SELECT id FROM taken_projects));
 
 -- culprit search: a refused batch's rows
-SELECT unnest(%(ids)s::text[]), unnest(%(row_addresses)s::tid[])::text;
+SELECT unnest(%(ids)s::text[]), unnest(%(tables)s::oid[])::text, unnest(%(row_addresses)s::tid[])::text;
+
+-- layout refused: a foreign partition
+WITH RECURSIVE tree AS (
+    SELECT oid AS root, oid AS relid FROM pg_class
+     WHERE oid IN ('catalog.property_object_cards'::regclass, 'catalog.project_cards'::regclass,
+                   'catalog.property_object_display_overrides'::regclass, 'catalog.building_display_overrides'::regclass)
+    UNION ALL
+    SELECT tree.root, pg_inherits.inhrelid FROM tree JOIN pg_inherits ON pg_inherits.inhparent = tree.relid
+)
+SELECT tree.root::regclass::text, tree.relid::regclass::text
+  FROM tree JOIN pg_class ON pg_class.oid = tree.relid
+ WHERE pg_class.relkind = 'f'
+ ORDER BY 1, 2
+ LIMIT 1;
 
 -- replica lag
 SELECT count(*),

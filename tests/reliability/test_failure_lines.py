@@ -58,7 +58,7 @@ def test_a_failed_batch_of_2000_logs_json_lines_of_at_most_8_kib_with_its_ids_as
     project = ProjectCardFactory()
     PropertyObjectCardFactory.create_batch(2000, long_delisted=True, project_id=project.id)
 
-    with deletes_refused(sqlstate="40001"):
+    with deletes_refused(sqlstate="53100"):
         job = run_purge("--batch-size", "2000", LOG_FORMAT="json")
 
     assert job.returncode == 1

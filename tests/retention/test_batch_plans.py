@@ -73,6 +73,24 @@ def test_the_batch_select_of_each_phase_reads_its_partial_index_not_the_whole_ta
     assert not any(node["Node Type"] == "Seq Scan" and node.get("Relation Name") == table for node in nodes), nodes
 
 
+def test_the_batch_deletes_its_cards_by_a_tid_scan_of_the_addresses_it_locked(demo_catalog):
+    # Naming each row's table beside its address (a partition's ctid is its own) keeps the TID scan on a plain table,
+    # the one-shot study's fastest batched shape (docs/benchmarks.md, "What the one-shot buys"), and the check of
+    # the pair is never run there. (The demo's few overdue projects are rightly read from their partial index.)
+    nodes = plan_nodes(PROPERTY_OBJECTS.batch_sql, {
+        "cutoff": database_cutoff(), "batch_size": 2000, "only_ids": None, "skipped_ids": "{}",
+        "after_at": PROPERTY_OBJECTS.first_key[0], "after_id": PROPERTY_OBJECTS.first_key[1],
+    }, analyze=True)
+    [delete] = [node for node in nodes
+                if node["Node Type"] == "ModifyTable" and node.get("Relation Name") == "property_object_cards"]
+    scans = [node for node in walk(delete)
+             if node.get("Relation Name") == "property_object_cards" and "Scan" in node["Node Type"]]
+    pair_checks = [node for node in walk(delete) if node.get("Subplan Name", "").startswith("SubPlan")]
+
+    assert [scan["Node Type"] for scan in scans] == ["Tid Scan"], scans
+    assert scans[0]["Actual Rows"] > 0 and [check["Actual Loops"] for check in pair_checks] == [0], pair_checks
+
+
 def test_a_batch_starts_its_index_scan_after_the_last_card_of_the_batch_before(demo_catalog):
     # Not at the first overdue entry: the entries of the cards the batches before it deleted are dead, and each batch
     # reading all of them again cost a run of 400,000 cards a fifth of its time (docs/benchmark-findings.md).

@@ -139,7 +139,7 @@ def test_exit_status_is_2_for_bad_options_and_1_for_a_failed_batch():
     bad = run_manage("purge_delisted", "--max-batches", "0")
     assert bad.returncode == 2 and "DELISTED_RETENTION_MAX_BATCHES_PER_RUN" in bad.stderr and bad.stdout == ""
 
-    with deletes_refused(error="disk on fire", sqlstate="40001"):
+    with deletes_refused(error="disk on fire", sqlstate="53100"):
         failed = run_manage("purge_delisted", "--json")
 
     assert failed.returncode == 1, failed.stderr

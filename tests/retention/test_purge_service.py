@@ -412,7 +412,7 @@ def cards_aged_in_order(count: int, *, poison: set[int] = frozenset()) -> list:
 def test_an_infrastructure_error_rolls_its_batch_back_alone_and_the_next_run_finishes_the_rest(caplog):
     cards_aged_in_order(6, poison={4})
 
-    with deletes_refused(when="OLD.title = 'poison'", sqlstate="40001"), pytest.raises(PurgeFailed) as failure:
+    with deletes_refused(when="OLD.title = 'poison'", sqlstate="53100"), pytest.raises(PurgeFailed) as failure:
         purge(now=NOW, batch_size=2)
 
     # Batches 1 and 2 (cards 0..3) committed; batch 3 (cards 4, 5) rolled back whole, overrides included.
@@ -424,7 +424,7 @@ def test_an_infrastructure_error_rolls_its_batch_back_alone_and_the_next_run_fin
     assert "deletes refused by the test" in result.error
     failed = next(r for r in caplog.records if r.getMessage() == "batch failed")
     assert (failed.phase, failed.batch_index, failed.sqlstate, failed.run_id) == (
-        "property_objects", 2, "40001", str(result.run_id),
+        "property_objects", 2, "53100", str(result.run_id),
     )
     [ids] = [r.batch_ids for r in caplog.records if r.getMessage() == "batch ids"]
     assert sorted(ids) == sorted(str(card_id) for card_id in PropertyObjectCard.objects.values_list("id", flat=True))

@@ -33,6 +33,7 @@ def statements() -> dict[str, str]:
     rendered["dry run: held back after"] = phases.HELD_BACK_AFTER
     rendered["dry run: overrides of taken"] = phases.OVERRIDES_OF_TAKEN
     rendered["culprit search: a refused batch's rows"] = phases.BATCH_ROWS
+    rendered["layout refused: a foreign partition"] = phases.FOREIGN_PARTITION
     rendered["replica lag"] = pacing.REPLICA_LAG
     return rendered
 

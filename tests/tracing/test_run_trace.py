@@ -20,7 +20,7 @@ from opentelemetry.semconv.attributes.service_attributes import SERVICE_NAME, SE
 
 from config.version import VERSION
 from tests.factories import PropertyObjectCardFactory
-from tests.support import PROJECT_ROOT, deletes_refused
+from tests.support import PROJECT_ROOT, deletes_refused, first_delete_fails
 from tests.tracing.conftest import run_traced
 from tests.tracing.receiver import ReceivedSpan, span_tree
 
@@ -179,6 +179,22 @@ def test_a_refused_batch_and_the_failed_run_have_error_status_and_the_culprit_is
     assert {"SELECT catalog.property_object_cards",  # the batch's rows locked again
             "SAVEPOINT", "DELETE catalog.property_object_cards", "RELEASE", "ROLLBACK"} <= set(isolation_statements)
     assert isolation_statements[-1] == "COMMIT"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_batch_retried_after_a_transient_error_carries_the_retry_as_an_event_and_counts_it(receiver):
+    PropertyObjectCardFactory.create_batch(3, long_delisted=True)
+
+    with first_delete_fails("40P01"):
+        completed = run_traced("purge_delisted", "--json", receiver=receiver)
+
+    assert completed.returncode == 0, completed.stderr
+    assert json.loads(completed.stdout)["deleted_property_object_cards"] == 3
+    _, spans = only_trace(receiver)
+    (batch,) = [span for span in spans if span.name == "batch"]
+    assert batch.status != "error" and batch.attributes["retention.retries"] == 1
+    [(name, retry)] = batch.events
+    assert (name, retry["attempt"], retry["sqlstate"]) == ("retry", 1, "40P01")
 
 
 @pytest.mark.django_db(transaction=True)
