@@ -26,15 +26,33 @@ SELECT count(*), count(*) FILTER (WHERE {second}), min(updated_at), max(updated_
 A_CHUNK = """
          ORDER BY updated_at
          FETCH FIRST %(chunk)s ROWS WITH TIES"""
+# A count in one statement (the admin page, /metrics) runs in the web request's own process: on a busy server the
+# parallel workers the planner starts for a few hundred thousand entries cost more than they save (17 against 34 ms
+# at 250,000 entries on 2 busy cores), and a page load should not take cores from the job and the site.
+IN_ONE_PROCESS = "SELECT set_config('max_parallel_workers_per_gather', '0', true)"
+DELISTED_ENTRIES = "status = 'Delisted' AND (%(count_within_window)s OR updated_at < %(cutoff)s)"
+# A kind's Delisted cards in one statement (the admin page, /metrics): a bare count(*) on each side of the cutoff and
+# the two ends read off the index, rather than ENTRIES_OF's FILTER, min and max evaluated on every entry, which took
+# three times as long (docs/benchmark-findings.md, "The admin page at 1M cards").
+DELISTED_WHOLE = """
+SELECT overdue.entries + within_window.entries, overdue.entries, ends.first, ends.last
+  FROM (SELECT count(*) AS entries FROM catalog.{cards}
+         WHERE status = 'Delisted' AND updated_at < %(cutoff)s
+           AND updated_at > %(after)s AND updated_at <= %(until)s) AS overdue,
+       (SELECT count(*) AS entries FROM catalog.{cards}
+         WHERE status = 'Delisted' AND %(count_within_window)s AND updated_at >= %(cutoff)s
+           AND updated_at > %(after)s AND updated_at <= %(until)s) AS within_window,
+       (SELECT min(updated_at) AS first, max(updated_at) AS last FROM catalog.{cards}
+         WHERE {entries} AND updated_at > %(after)s AND updated_at <= %(until)s) AS ends
+"""
 
 
 def delisted_statement(cards: str, *, in_chunks: bool) -> str:
     """A kind's Delisted cards and the overdue among them; with count_within_window false the scan stops at the
     cutoff, and the entries are the overdue cards alone. The first entry is the oldest Delisted card either way."""
-    return ENTRIES_OF.format(
-        cards=cards, entries="status = 'Delisted' AND (%(count_within_window)s OR updated_at < %(cutoff)s)",
-        second="updated_at < %(cutoff)s", chunk=A_CHUNK if in_chunks else "",
-    )
+    if not in_chunks:
+        return DELISTED_WHOLE.format(cards=cards, entries=DELISTED_ENTRIES)
+    return ENTRIES_OF.format(cards=cards, entries=DELISTED_ENTRIES, second="updated_at < %(cutoff)s", chunk=A_CHUNK)
 
 
 def held_back_statement(*, in_chunks: bool) -> str:
@@ -132,6 +150,8 @@ def count_in_chunks(
     bounds = [*until, "infinity"]
     while True:
         with session.transaction() as cursor:
+            if chunk is None:
+                cursor.execute(IN_ONE_PROCESS)
             cursor.execute(statement, {**params, "after": after, "until": bounds[0], "chunk": chunk})
             chunk_entries, chunk_second, first, last = cursor.fetchone()
         earliest = earliest or first
