@@ -160,7 +160,9 @@ def backlog_report(last_run: LastRun | None) -> dict:
     cards_per_run = limits.batch_size * limits.max_batches
     chart = BacklogChart(
         backlog=backlog,
-        deletable_on=count_becoming_deletable(session, cutoff=cutoff, retention=limits.retention, days=CHART_DAYS),
+        deletable_on=count_becoming_deletable(
+            session, cutoff=cutoff, retention=limits.retention, days=CHART_DAYS, time_zone=settings.CATALOG_TIME_ZONE,
+        ),
         cards_per_night=cards_per_run, last_run_overdue=last_run.overdue_left if last_run else None,
     )
     oldest_object_overdue = backlog.property_objects.overdue_age(cutoff)
