@@ -225,6 +225,8 @@ class PropertyObjectCardAdmin(CardAdmin):
     list_display = ["id", "title", "status", "price_shown", "project_id", "updated"]
     search_fields = ["id", "project_id"]
     search_help_text = "Exact property object id or project id (uuid)"
+    exclude = ["price", *ReadOnlyAdmin.exclude]
+    readonly_fields = ["price_shown", *ReadOnlyAdmin.readonly_fields]
 
     @admin.display(description="price")
     def price_shown(self, card) -> str:

@@ -252,7 +252,7 @@ def test_the_catalogs_time_zone_is_a_setting(staff_client, settings):
     assert card.updated_at.tzinfo == UTC  # the zone is the page's, not the process's
 
 
-def test_the_list_shows_prices_with_thousands_separators_and_kopecks_only_when_there_are_some(staff_client):
+def test_prices_have_thousands_separators_and_kopecks_only_when_there_are_some(staff_client):
     PropertyObjectCardFactory(price=Decimal("44232000.00"))
     PropertyObjectCardFactory(price=Decimal("1234567.50"))
 
@@ -260,6 +260,8 @@ def test_the_list_shows_prices_with_thousands_separators_and_kopecks_only_when_t
 
     prices = re.findall(r'<td class="field-price_shown">([^<]*)</td>', listed)
     assert sorted(prices) == ["1,234,567.50", "44,232,000"]
+    card_page = staff_client.get(admin_url(PropertyObjectCard, "change", PropertyObjectCard.objects.first().pk))
+    assert re.search(r'Price:</label>\s*<div class="readonly">(1,234,567.50|44,232,000)</div>', card_page.content.decode())
 
 
 def test_the_overdue_filter_lists_the_cards_the_job_deletes(staff_client, settings):
