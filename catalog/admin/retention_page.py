@@ -7,11 +7,14 @@ the job writes. It lives with the catalog's admin; the job (retention/) knows no
 catalog's time zone, written as the card pages write them (catalog.admin.cards).
 """
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from django.conf import settings
 from django.contrib import admin
+from django.db import connection, transaction
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils import timezone
@@ -29,6 +32,7 @@ from retention.session import Session
 
 # A page must not hang on a Pushgateway that accepts connections and never answers.
 SINK_READ_TIMEOUT_SECONDS = 2
+IN_ONE_PROCESS = "SELECT set_config('max_parallel_workers_per_gather', '0', true)"
 # The retention goal (SLO): an overdue property object is deleted within this long past its deletion date. The alert
 # DelistedRetentionOverdueTooOld fires past it too (deploy/prometheus, catalog_delisted_retention:overdue_age_slo_days;
 # a test keeps the two equal). Past it the page warns.
@@ -145,6 +149,30 @@ def settings_rows() -> list[tuple[str, str, object, str]]:
     ]
 
 
+class PageReads(Session):
+    """The page's reads, all in the one transaction `open` begins, in the request's own process.
+
+    A transaction each was two more round trips a read (BEGIN, COMMIT): 12 of the page's 22, which on busy cores
+    cost as much as the counts themselves. The planner's parallel workers for the object count (250,000 index
+    entries at 1M cards) doubled its time on 2 busy cores (34 against 17 ms), and a page load should not take cores
+    from the job and the site (docs/benchmark-findings.md, "The admin page at 1M cards, again")."""
+
+    def __init__(self, cursor):
+        super().__init__()
+        self.cursor = cursor
+
+    @classmethod
+    @contextmanager
+    def open(cls) -> Iterator["PageReads"]:
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute(IN_ONE_PROCESS)
+            yield cls(cursor)
+
+    @contextmanager
+    def transaction(self, *, writes: bool = False) -> Iterator:
+        yield self.cursor
+
+
 def backlog_report(last_run: LastRun | None) -> dict:
     """The page's content at the limits the settings give (what the nightly run uses), with the overdue cards the
     last run left in the chart."""
@@ -153,17 +181,17 @@ def backlog_report(last_run: LastRun | None) -> dict:
         limits = PurgeLimits.from_settings()
     except PurgeLimitsError as error:
         return {"limit_rows": limit_rows, "settings_error": str(error)}
-    session = Session()
-    cutoff = compute_cutoff(session, limits.retention)
-    backlog = measure_backlog(session, cutoff=cutoff)
-    held_back_after_overdue_objects = held_back_after(session, cutoff=cutoff)
+    with PageReads.open() as session:
+        cutoff = compute_cutoff(session, limits.retention)
+        backlog = measure_backlog(session, cutoff=cutoff)
+        held_back_after_overdue_objects = held_back_after(session, cutoff=cutoff)
+        deletable_on = count_becoming_deletable(
+            session, cutoff=cutoff, retention=limits.retention, days=CHART_DAYS, time_zone=settings.CATALOG_TIME_ZONE,
+        )
     cards_per_run = limits.batch_size * limits.max_batches
     chart = BacklogChart(
-        backlog=backlog,
-        deletable_on=count_becoming_deletable(
-            session, cutoff=cutoff, retention=limits.retention, days=CHART_DAYS, time_zone=settings.CATALOG_TIME_ZONE,
-        ),
-        cards_per_night=cards_per_run, last_run_overdue=last_run.overdue_left if last_run else None,
+        backlog=backlog, deletable_on=deletable_on, cards_per_night=cards_per_run,
+        last_run_overdue=last_run.overdue_left if last_run else None,
     )
     oldest_object_overdue = backlog.property_objects.overdue_age(cutoff)
     return {

@@ -311,9 +311,6 @@ SELECT overdue.entries + within_window.entries, overdue.entries, ends.first, end
        (SELECT min(updated_at) AS first, max(updated_at) AS last FROM catalog.project_cards
          WHERE status = 'Delisted' AND (%(count_within_window)s OR updated_at < %(cutoff)s) AND updated_at > %(after)s AND updated_at <= %(until)s) AS ends;
 
--- backlog: a whole count, in one process
-SELECT set_config('max_parallel_workers_per_gather', '0', true);
-
 -- backlog: held back, in chunks
 SELECT count(*), count(*) FILTER (WHERE EXISTS (SELECT FROM catalog.property_object_cards AS po WHERE po.project_id = card.id AND true)), min(updated_at), max(updated_at)
   FROM (SELECT id, updated_at FROM catalog.project_cards

@@ -27,7 +27,6 @@ def statements() -> dict[str, str]:
     for cards in backlog.KINDS:
         rendered[f"backlog: {cards}, in chunks"] = backlog.delisted_statement(cards, in_chunks=True)
         rendered[f"backlog: {cards}, whole"] = backlog.delisted_statement(cards, in_chunks=False)
-    rendered["backlog: a whole count, in one process"] = backlog.IN_ONE_PROCESS
     rendered["backlog: held back, in chunks"] = backlog.held_back_statement(in_chunks=True)
     rendered["backlog: held back, whole"] = backlog.held_back_statement(in_chunks=False)
     rendered["dry run: first object kept"] = phases.FIRST_OBJECT_KEPT
