@@ -1,4 +1,5 @@
 import pytest
+from django.core.cache import cache
 from django.db import connection
 
 from tests.support import CATALOG_TABLES, DEFAULT_LIMITS
@@ -12,6 +13,12 @@ def production_default_limits(settings):
     """Every test starts from the design document's limits, whatever the environment running the suite sets."""
     for name, value in DEFAULT_LIMITS.items():
         setattr(settings, name, value)
+
+
+@pytest.fixture(autouse=True)
+def empty_cache():
+    """Every test counts the catalog afresh: the retention page keeps its counts for a minute (Django's cache)."""
+    cache.clear()
 
 
 @pytest.fixture(autouse=True)

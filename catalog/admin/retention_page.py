@@ -2,9 +2,10 @@
 and how the last one went. Staff only, read-only, and a fixed number of queries whatever the table sizes: the
 backlog aggregates, one held-back count and the cards becoming deletable on each of the next days
 (retention.backlog, catalog.admin.retention_chart), from which the preview of the next run is reckoned
-(retention.preview.preview_run) rather than counted again and the chart drawn. The last run comes from the metrics sink
-the job writes. It lives with the catalog's admin; the job (retention/) knows nothing of it. Its moments are in the
-catalog's time zone, written as the card pages write them (catalog.admin.cards).
+(retention.preview.preview_run) rather than counted again and the chart drawn. The counts are kept a minute, and the
+page says when they were made. The last run comes from the metrics sink the job writes. It lives with the catalog's
+admin; the job (retention/) knows nothing of it. Its moments are in the catalog's time zone, written as the card
+pages write them (catalog.admin.cards).
 """
 
 from collections.abc import Iterator
@@ -14,6 +15,7 @@ from datetime import UTC, datetime, timedelta
 
 from django.conf import settings
 from django.contrib import admin
+from django.core.cache import cache
 from django.db import connection, transaction
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
@@ -21,10 +23,10 @@ from django.utils import timezone
 from django.utils.timesince import timesince
 
 from catalog.admin.cards import MOMENT_FORMAT, OverdueFilter, ReadOnlyAdmin, in_catalog_time_zone
-from catalog.admin.retention_chart import CHART_DAYS, BacklogChart, count_becoming_deletable
+from catalog.admin.retention_chart import CHART_DAYS, BacklogChart, DeletableOn, count_becoming_deletable
 from catalog.models import DelistedRetention
 from retention import metrics
-from retention.backlog import compute_cutoff, measure_backlog
+from retention.backlog import Backlog, compute_cutoff, measure_backlog
 from retention.limits import LIMITS, PurgeLimits, PurgeLimitsError
 from retention.preview import held_back_after, preview_run
 from retention.results import Outcome
@@ -33,6 +35,10 @@ from retention.session import Session
 # A page must not hang on a Pushgateway that accepts connections and never answers.
 SINK_READ_TIMEOUT_SECONDS = 2
 IN_ONE_PROCESS = "SELECT set_config('max_parallel_workers_per_gather', '0', true)"
+# The counts are kept this long (Django's cache: each web process its own by default) and reused while no run has
+# ended since; they are a page's main cost at 1M cards (docs/benchmark-findings.md).
+COUNTS_MAX_AGE = timedelta(minutes=1)
+COUNTS_CACHE_KEY = "catalog.admin.retention_page.counts"
 # The retention goal (SLO): an overdue property object is deleted within this long past its deletion date. The alert
 # DelistedRetentionOverdueTooOld fires past it too (deploy/prometheus, catalog_delisted_retention:overdue_age_slo_days;
 # a test keeps the two equal). Past it the page warns.
@@ -173,6 +179,49 @@ class PageReads(Session):
         yield self.cursor
 
 
+@dataclass(frozen=True)
+class CatalogCounts:
+    """What the page reads from the catalog, counted together at `counted_at`, at a retention period and in a time
+    zone (the chart's days)."""
+
+    counted_at: datetime
+    retention: timedelta
+    time_zone: str
+    backlog: Backlog
+    held_back_after_overdue_objects: int
+    deletable_on: list[DeletableOn]
+
+
+def count_catalog(*, retention: timedelta, time_zone: str) -> CatalogCounts:
+    counted_at = timezone.now()
+    with PageReads.open() as session:
+        cutoff = compute_cutoff(session, retention)
+        return CatalogCounts(
+            counted_at=counted_at, retention=retention, time_zone=time_zone,
+            backlog=measure_backlog(session, cutoff=cutoff),
+            held_back_after_overdue_objects=held_back_after(session, cutoff=cutoff),
+            deletable_on=count_becoming_deletable(
+                session, cutoff=cutoff, retention=retention, days=CHART_DAYS, time_zone=time_zone,
+            ),
+        )
+
+
+def recent_counts(*, retention: timedelta, time_zone: str, last_run: LastRun | None) -> CatalogCounts:
+    """The counts of the last COUNTS_MAX_AGE, or new ones: staff reloading the page, or several of them, count once
+    a minute (the page says when it counted). Never from before the last run's end, so that a run's outcome is not
+    shown beside the backlog it has just changed."""
+    counts = cache.get(COUNTS_CACHE_KEY)
+    if not (
+        counts
+        and (counts.retention, counts.time_zone) == (retention, time_zone)
+        and timezone.now() - counts.counted_at < COUNTS_MAX_AGE
+        and (last_run is None or last_run.ended_at < counts.counted_at)
+    ):
+        counts = count_catalog(retention=retention, time_zone=time_zone)
+        cache.set(COUNTS_CACHE_KEY, counts, COUNTS_MAX_AGE.total_seconds())
+    return counts
+
+
 def backlog_report(last_run: LastRun | None) -> dict:
     """The page's content at the limits the settings give (what the nightly run uses), with the overdue cards the
     last run left in the chart."""
@@ -181,13 +230,9 @@ def backlog_report(last_run: LastRun | None) -> dict:
         limits = PurgeLimits.from_settings()
     except PurgeLimitsError as error:
         return {"limit_rows": limit_rows, "settings_error": str(error)}
-    with PageReads.open() as session:
-        cutoff = compute_cutoff(session, limits.retention)
-        backlog = measure_backlog(session, cutoff=cutoff)
-        held_back_after_overdue_objects = held_back_after(session, cutoff=cutoff)
-        deletable_on = count_becoming_deletable(
-            session, cutoff=cutoff, retention=limits.retention, days=CHART_DAYS, time_zone=settings.CATALOG_TIME_ZONE,
-        )
+    counts = recent_counts(retention=limits.retention, time_zone=settings.CATALOG_TIME_ZONE, last_run=last_run)
+    backlog, cutoff = counts.backlog, counts.backlog.cutoff
+    held_back_after_overdue_objects, deletable_on = counts.held_back_after_overdue_objects, counts.deletable_on
     cards_per_run = limits.batch_size * limits.max_batches
     chart = BacklogChart(
         backlog=backlog, deletable_on=deletable_on, cards_per_night=cards_per_run,
@@ -197,6 +242,7 @@ def backlog_report(last_run: LastRun | None) -> dict:
     return {
         "limit_rows": limit_rows,
         "limits": limits,
+        "counted_at": counts.counted_at,
         "backlog": backlog,
         "days_past_due": {
             "property_objects": oldest_object_overdue / timedelta(days=1),

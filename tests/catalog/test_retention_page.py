@@ -2,17 +2,20 @@
 last run as the job's metrics sink holds it."""
 
 import re
+from dataclasses import replace
 from datetime import timedelta
+from zoneinfo import ZoneInfo
 
 import psycopg
 import pytest
 import yaml
+from django.core.cache import cache
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
-from catalog.admin.retention_page import OVERDUE_AGE_GOAL
+from catalog.admin.retention_page import COUNTS_CACHE_KEY, COUNTS_MAX_AGE, OVERDUE_AGE_GOAL
 from catalog.models import CardStatus
 from retention.locks import advisory_lock_key
 from retention.metrics import LAST_RUN, LAST_RUN_INFO, LAST_RUN_OUTCOME
@@ -175,12 +178,47 @@ def test_query_count_does_not_grow_with_the_data(plain_staff_client):
     with CaptureQueriesContext(connection) as small:
         plain_staff_client.get(PAGE)
     catalog(scale=20)
+    cache.clear()  # the counts of the first load are kept a minute
 
     with CaptureQueriesContext(connection) as large:
         response = plain_staff_client.get(PAGE)
 
     assert response.context["backlog"].property_objects.delisted == 63
     assert len(large) == len(small)
+
+
+def test_the_counts_are_kept_a_minute_and_the_page_says_when_it_counted(plain_staff_client):
+    catalog()
+    first = plain_staff_client.get(PAGE)
+    catalog()  # a second lot, not counted yet
+
+    with CaptureQueriesContext(connection) as again:
+        second = plain_staff_client.get(PAGE)
+
+    assert second.context["counted_at"] == first.context["counted_at"]
+    assert second.context["backlog"].property_objects.delisted == 3
+    assert not any("catalog." in query["sql"] for query in again.captured_queries)
+    counted = timezone.localtime(first.context["counted_at"], ZoneInfo("Europe/Moscow"))
+    assert f"Counted at {counted:%H:%M:%S} MSK; the page counts again a minute later" in second.content.decode()
+
+    cache.set(COUNTS_CACHE_KEY, replace(cache.get(COUNTS_CACHE_KEY), counted_at=timezone.now() - COUNTS_MAX_AGE))
+    third = plain_staff_client.get(PAGE)
+
+    assert third.context["counted_at"] > first.context["counted_at"]
+    assert third.context["backlog"].property_objects.delisted == 6
+
+
+def test_a_run_that_ended_after_the_count_makes_the_page_count_again(plain_staff_client, settings, tmp_path):
+    settings.DELISTED_RETENTION_METRICS_TEXTFILE = str(tmp_path / "catalog_delisted_retention.prom")
+    catalog()
+    before = plain_staff_client.get(PAGE)
+
+    purge()
+    after = plain_staff_client.get(PAGE)
+
+    assert before.context["backlog"].property_objects.overdue == 2
+    assert after.context["backlog"].property_objects.overdue == 0
+    assert after.context["last_run"].ended_at < after.context["counted_at"]
 
 
 def test_the_page_runs_no_dry_run_of_its_own(plain_staff_client):
