@@ -29,7 +29,7 @@ A_CHUNK = """
 DELISTED_ENTRIES = "status = 'Delisted' AND (%(count_within_window)s OR updated_at < %(cutoff)s)"
 # A kind's Delisted cards in one statement (the admin page, /metrics): a bare count(*) on each side of the cutoff and
 # the two ends read off the index, rather than ENTRIES_OF's FILTER, min and max evaluated on every entry, which took
-# three times as long (docs/benchmark-findings.md, "The admin page at 1M cards").
+# half as long again (docs/benchmark-findings.md, "The admin page at 1M cards, again").
 DELISTED_WHOLE = """
 SELECT overdue.entries + within_window.entries, overdue.entries, ends.first, ends.last
   FROM (SELECT count(*) AS entries FROM catalog.{cards}
