@@ -261,6 +261,7 @@ def admin_pages(*, database_url: str, repeats: int) -> dict:
         ("project cards, first page", projects),
         (f"project cards, page {project_page}", f"{projects}?p={project_page}"),
         ("property-object cards, status Delisted", f"{objects}?status__exact={CardStatus.DELISTED}"),
+        ("property-object cards, overdue (counted exactly)", f"{objects}?deletion=overdue"),
         ("a Delisted property-object card", reverse("admin:catalog_propertyobjectcard_change", args=[delisted_card])),
     ]
     client = Client(HTTP_HOST="localhost")

@@ -81,9 +81,13 @@ class EstimatedCountPaginator(Paginator):
     exact_count_limit = 10_000
     max_pages = 1_000
     count_is_estimate = False
+    # A list whose filter the planner misjudges counts exactly, whatever its size (the overdue cards: CardAdmin).
+    always_exact = False
 
     @cached_property
     def count(self) -> int:
+        if self.always_exact:
+            return self.object_list.order_by().count()
         bounded = self.object_list.order_by().values("pk")[: self.exact_count_limit + 1].count()
         if bounded <= self.exact_count_limit:
             return bounded
@@ -186,6 +190,14 @@ class OverdueFilter(admin.SimpleListFilter):
 
 class CardAdmin(ReadOnlyAdmin):
     list_filter = ["status", OverdueFilter]
+
+    def get_paginator(self, request, queryset, per_page, orphans=0, allow_empty_first_page=True):
+        """The overdue cards counted exactly, as the retention page counts them (one index-only count of the partial
+        Delisted index, 20 ms for 200,000): the planner, taking status and age for independent, put them at a
+        quarter of that, and the list would contradict the page that links to it."""
+        paginator = super().get_paginator(request, queryset, per_page, orphans, allow_empty_first_page)
+        paginator.always_exact = request.GET.get(OverdueFilter.parameter_name) == "overdue"
+        return paginator
     # Rendering its rows, not the table's size, is most of a changelist page's time (docs/benchmarks.md, section 7).
     list_per_page = 50
     # Served backwards by the (updated_at, id) and (status, updated_at, id) indexes; id makes deep pages one order.

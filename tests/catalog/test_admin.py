@@ -275,6 +275,19 @@ def test_the_overdue_filter_lists_the_cards_the_job_deletes(staff_client, settin
     assert [card.pk for card in response.context["cl"].result_list] == [overdue.pk]
 
 
+def test_the_overdue_cards_are_counted_exactly_past_the_exact_limit(staff_client, monkeypatch):
+    """The planner takes status and age for independent and misjudges the overdue cards (a quarter of them at 1M
+    cards): the list that the retention page links to counts them as the page does."""
+    monkeypatch.setattr(EstimatedCountPaginator, "exact_count_limit", 5)
+    analyzed_cards(published=20, delisted=7)
+
+    response = staff_client.get(admin_url(PropertyObjectCard, "changelist") + "?deletion=overdue")
+
+    paginator = response.context["cl"].paginator
+    assert (paginator.count, paginator.count_is_estimate) == (7, False)
+    assert "7 property object cards" in response.content.decode()
+
+
 def test_the_list_goes_max_pages_deep_and_a_deeper_page_shows_the_deepest_with_the_way_to_the_rest(
     staff_client, monkeypatch
 ):
