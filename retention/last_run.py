@@ -9,6 +9,8 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from django.utils.timesince import timesince
+
 from retention import metrics
 from retention.backlog import Backlog, KindBacklog, compute_cutoff, measure_backlog
 from retention.limits import PurgeLimits
@@ -48,12 +50,27 @@ class LastRun:
     trace_id: str | None
 
     @property
+    def ended_ago(self) -> str:
+        return how_long_ago(self.ended_at)
+
+    @property
+    def last_success_ago(self) -> str | None:
+        return self.last_success_at and how_long_ago(self.last_success_at)
+
+    @property
     def took(self) -> str:
         if self.duration_seconds < 1:
             return "under a second"
         if self.duration_seconds < 120:
             return f"{self.duration_seconds:.0f} seconds"
         return f"{self.duration_seconds / 60:.0f} minutes"
+
+
+def how_long_ago(moment: datetime) -> str:
+    """"just now" within the minute (timesince would say "0 minutes"), else "5 minutes ago", "2 days, 3 hours ago"."""
+    if datetime.now(UTC) - moment < timedelta(minutes=1):
+        return "just now"
+    return f"{timesince(moment)} ago"
 
 
 def last_run_of(reading: metrics.Reading, source: str) -> LastRun | None:

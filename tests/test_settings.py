@@ -15,6 +15,8 @@ from tests.support import run_manage
         ("DELISTED_RETENTION_BATCH_SIZE", "lots", "DELISTED_RETENTION_BATCH_SIZE must be a whole number"),
         ("DJANGO_DEBUG", "maybe", "DJANGO_DEBUG must be true or false"),
         ("LOG_FORMAT", "xml", "LOG_FORMAT must be text or json"),
+        ("CATALOG_TIME_ZONE", "Moscow", "CATALOG_TIME_ZONE must be an IANA time zone name"),
+        ("CATALOG_TIME_ZONE", "../../etc/passwd", "CATALOG_TIME_ZONE must be an IANA time zone name"),
     ],
 )
 def test_malformed_setting_is_one_line_and_exit_2(variable, value, message):

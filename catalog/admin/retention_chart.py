@@ -34,8 +34,10 @@ DAYS_PANEL = (330, 750)
 MAX_NIGHT_LINES = 8
 
 
-# The Delisted cards that become deletable on each of the next `days` days (in the session's time zone), from now on:
-# their updated_at + retention falls in that day and after the cutoff. A range count per day and kind.
+# The Delisted cards that become deletable on each of the next `days` days (in the session's time zone, which
+# IN_TIME_ZONE sets to the catalog's), from now on: their updated_at + retention falls in that day and after the
+# cutoff. A range count per day and kind.
+IN_TIME_ZONE = "SELECT set_config('TimeZone', %(time_zone)s, true)"
 COUNT_BECOMING_DELETABLE = """
 SELECT day::date,
        (SELECT count(*) FROM catalog.property_object_cards
@@ -65,10 +67,12 @@ class DeletableOn:
 
 
 def count_becoming_deletable(
-    session: Session, *, cutoff: datetime, retention: timedelta, days: int
+    session: Session, *, cutoff: datetime, retention: timedelta, days: int, time_zone: str
 ) -> list[DeletableOn]:
-    """Per day, today (from now on) first, the cards becoming deletable: the arrivals of the next nightly runs."""
+    """Per day of `time_zone`, today (from now on) first, the cards becoming deletable: the arrivals of the next
+    nightly runs."""
     with session.transaction() as cursor:
+        cursor.execute(IN_TIME_ZONE, {"time_zone": time_zone})
         cursor.execute(COUNT_BECOMING_DELETABLE, {"cutoff": cutoff, "retention": retention, "days": days})
         return [DeletableOn(day, property_objects, projects) for day, property_objects, projects in cursor.fetchall()]
 

@@ -2,26 +2,37 @@
 and how the last one went. Staff only, read-only, and a fixed number of queries whatever the table sizes: the
 backlog aggregates, one held-back count and the cards becoming deletable on each of the next days
 (retention.backlog, catalog.admin.retention_chart), from which the preview of the next run is reckoned
-(retention.preview.preview_run) rather than counted again and the chart drawn. The last run comes from the metrics sink
-the job writes (retention.last_run, which `purge_delisted --last-run` reads too). It lives with the catalog's admin;
-the job (retention/) knows nothing of it.
+(retention.preview.preview_run) rather than counted again and the chart drawn. The last run comes from the metrics
+sink the job writes (retention.last_run, which `purge_delisted --last-run` reads too). It lives with the catalog's
+admin; the job (retention/) knows nothing of it. Its moments are in the catalog's time zone, written as the card
+pages write them (catalog.admin.cards).
 """
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import timedelta
 
 from django.conf import settings
 from django.contrib import admin
+from django.db import connection, transaction
 from django.template.response import TemplateResponse
-from django.urls import path
+from django.urls import path, reverse
 
-from catalog.admin.cards import ReadOnlyAdmin
-from catalog.admin.retention_chart import CHART_DAYS, BacklogChart, count_becoming_deletable
+from catalog.admin.cards import MOMENT_FORMAT, OverdueFilter, ReadOnlyAdmin, in_catalog_time_zone
+from catalog.admin.retention_chart import CHART_DAYS, BacklogChart, DeletableOn, count_becoming_deletable
 from catalog.models import DelistedRetention
-from retention.backlog import compute_cutoff, measure_backlog
+from retention.backlog import Backlog, compute_cutoff, measure_backlog
 from retention.last_run import LastRun, read_last_run
 from retention.limits import LIMITS, PurgeLimits, PurgeLimitsError
 from retention.preview import held_back_after, preview_run
 from retention.session import Session
+
+IN_ONE_PROCESS = "SELECT set_config('max_parallel_workers_per_gather', '0', true)"
+# The retention goal (SLO): an overdue property object is deleted within this long past its deletion date. The alert
+# DelistedRetentionOverdueTooOld fires past it too (deploy/prometheus, catalog_delisted_retention:overdue_age_slo_days;
+# a test keeps the two equal). Past it the page warns.
+OVERDUE_AGE_GOAL = timedelta(days=3)
 
 
 def settings_rows() -> list[tuple[str, str, object, str]]:
@@ -32,6 +43,52 @@ def settings_rows() -> list[tuple[str, str, object, str]]:
     ]
 
 
+class PageReads(Session):
+    """The page's reads, all in the one transaction `open` begins, in the request's own process.
+
+    A transaction each was two more round trips a read (BEGIN, COMMIT): 12 of the page's 22, which on busy cores
+    cost as much as the counts themselves. The planner's parallel workers for the object count (250,000 index
+    entries at 1M cards) doubled its time on 2 busy cores (34 against 17 ms), and a page load should not take cores
+    from the job and the site (docs/benchmark-findings.md, "The admin page at 1M cards, again")."""
+
+    def __init__(self, cursor):
+        super().__init__()
+        self.cursor = cursor
+
+    @classmethod
+    @contextmanager
+    def open(cls) -> Iterator["PageReads"]:
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute(IN_ONE_PROCESS)
+            yield cls(cursor)
+
+    @contextmanager
+    def transaction(self, *, writes: bool = False) -> Iterator:
+        yield self.cursor
+
+
+@dataclass(frozen=True)
+class CatalogCounts:
+    """What the page reads from the catalog, in one transaction: the backlog, the projects still held back once the
+    overdue objects are gone, the cards becoming deletable on each of the chart's days."""
+
+    backlog: Backlog
+    held_back_after_overdue_objects: int
+    deletable_on: list[DeletableOn]
+
+
+def count_catalog(*, retention: timedelta, time_zone: str) -> CatalogCounts:
+    with PageReads.open() as session:
+        cutoff = compute_cutoff(session, retention)
+        return CatalogCounts(
+            backlog=measure_backlog(session, cutoff=cutoff),
+            held_back_after_overdue_objects=held_back_after(session, cutoff=cutoff),
+            deletable_on=count_becoming_deletable(
+                session, cutoff=cutoff, retention=retention, days=CHART_DAYS, time_zone=time_zone,
+            ),
+        )
+
+
 def backlog_report(last_run: LastRun | None) -> dict:
     """The page's content at the limits the settings give (what the nightly run uses), with the overdue cards the
     last run left in the chart."""
@@ -40,24 +97,26 @@ def backlog_report(last_run: LastRun | None) -> dict:
         limits = PurgeLimits.from_settings()
     except PurgeLimitsError as error:
         return {"limit_rows": limit_rows, "settings_error": str(error)}
-    session = Session()
-    cutoff = compute_cutoff(session, limits.retention)
-    backlog = measure_backlog(session, cutoff=cutoff)
-    held_back_after_overdue_objects = held_back_after(session, cutoff=cutoff)
+    counts = count_catalog(retention=limits.retention, time_zone=settings.CATALOG_TIME_ZONE)
+    backlog, cutoff = counts.backlog, counts.backlog.cutoff
+    held_back_after_overdue_objects, deletable_on = counts.held_back_after_overdue_objects, counts.deletable_on
     cards_per_run = limits.batch_size * limits.max_batches
     chart = BacklogChart(
-        backlog=backlog,
-        deletable_on=count_becoming_deletable(session, cutoff=cutoff, retention=limits.retention, days=CHART_DAYS),
-        cards_per_night=cards_per_run, last_run_overdue=last_run.overdue_left if last_run else None,
+        backlog=backlog, deletable_on=deletable_on, cards_per_night=cards_per_run,
+        last_run_overdue=last_run.overdue_left if last_run else None,
     )
+    oldest_object_overdue = backlog.property_objects.overdue_age(cutoff)
     return {
         "limit_rows": limit_rows,
         "limits": limits,
         "backlog": backlog,
         "days_past_due": {
-            "property_objects": backlog.property_objects.overdue_age(cutoff) / timedelta(days=1),
+            "property_objects": oldest_object_overdue / timedelta(days=1),
             "projects": backlog.projects.overdue_age(cutoff) / timedelta(days=1),
         },
+        # Property objects alone, as the alert: an overdue project waits by design while objects of it remain.
+        "past_goal": oldest_object_overdue > OVERDUE_AGE_GOAL,
+        "goal_days": OVERDUE_AGE_GOAL.days,
         "projects_held_back": backlog.projects.held_back,
         "held_back_after_overdue_objects": held_back_after_overdue_objects,
         "cards_per_run": cards_per_run,
@@ -88,11 +147,20 @@ class DelistedRetentionAdmin(ReadOnlyAdmin):
         return [path("", view, name="catalog_delistedretention_changelist")]
 
     def changelist_view(self, request, extra_context=None):
+        return in_catalog_time_zone(self.retention_page, request)
+
+    def retention_page(self, request):
         reading = read_last_run()
+        overdue = f"?{OverdueFilter.parameter_name}=overdue"
         context = {
             **self.admin_site.each_context(request),
             "title": "Delisted retention",
             "opts": self.model._meta,
+            "moment_format": MOMENT_FORMAT,
+            "overdue_lists": {
+                "property_objects": reverse("admin:catalog_propertyobjectcard_changelist") + overdue,
+                "projects": reverse("admin:catalog_projectcard_changelist") + overdue,
+            },
             **backlog_report(reading.last_run),
             "last_run": reading.last_run,
             "sinks": reading.sinks,

@@ -307,9 +307,15 @@ SELECT count(*), count(*) FILTER (WHERE updated_at < %(cutoff)s), min(updated_at
          FETCH FIRST %(chunk)s ROWS WITH TIES) AS card;
 
 -- backlog: property_object_cards, whole
-SELECT count(*), count(*) FILTER (WHERE updated_at < %(cutoff)s), min(updated_at), max(updated_at)
-  FROM (SELECT id, updated_at FROM catalog.property_object_cards
-         WHERE status = 'Delisted' AND (%(count_within_window)s OR updated_at < %(cutoff)s) AND updated_at > %(after)s AND updated_at <= %(until)s) AS card;
+SELECT overdue.entries + within_window.entries, overdue.entries, ends.first, ends.last
+  FROM (SELECT count(*) AS entries FROM catalog.property_object_cards
+         WHERE status = 'Delisted' AND updated_at < %(cutoff)s
+           AND updated_at > %(after)s AND updated_at <= %(until)s) AS overdue,
+       (SELECT count(*) AS entries FROM catalog.property_object_cards
+         WHERE status = 'Delisted' AND %(count_within_window)s AND updated_at >= %(cutoff)s
+           AND updated_at > %(after)s AND updated_at <= %(until)s) AS within_window,
+       (SELECT min(updated_at) AS first, max(updated_at) AS last FROM catalog.property_object_cards
+         WHERE status = 'Delisted' AND (%(count_within_window)s OR updated_at < %(cutoff)s) AND updated_at > %(after)s AND updated_at <= %(until)s) AS ends;
 
 -- backlog: project_cards, in chunks
 SELECT count(*), count(*) FILTER (WHERE updated_at < %(cutoff)s), min(updated_at), max(updated_at)
@@ -319,9 +325,15 @@ SELECT count(*), count(*) FILTER (WHERE updated_at < %(cutoff)s), min(updated_at
          FETCH FIRST %(chunk)s ROWS WITH TIES) AS card;
 
 -- backlog: project_cards, whole
-SELECT count(*), count(*) FILTER (WHERE updated_at < %(cutoff)s), min(updated_at), max(updated_at)
-  FROM (SELECT id, updated_at FROM catalog.project_cards
-         WHERE status = 'Delisted' AND (%(count_within_window)s OR updated_at < %(cutoff)s) AND updated_at > %(after)s AND updated_at <= %(until)s) AS card;
+SELECT overdue.entries + within_window.entries, overdue.entries, ends.first, ends.last
+  FROM (SELECT count(*) AS entries FROM catalog.project_cards
+         WHERE status = 'Delisted' AND updated_at < %(cutoff)s
+           AND updated_at > %(after)s AND updated_at <= %(until)s) AS overdue,
+       (SELECT count(*) AS entries FROM catalog.project_cards
+         WHERE status = 'Delisted' AND %(count_within_window)s AND updated_at >= %(cutoff)s
+           AND updated_at > %(after)s AND updated_at <= %(until)s) AS within_window,
+       (SELECT min(updated_at) AS first, max(updated_at) AS last FROM catalog.project_cards
+         WHERE status = 'Delisted' AND (%(count_within_window)s OR updated_at < %(cutoff)s) AND updated_at > %(after)s AND updated_at <= %(until)s) AS ends;
 
 -- backlog: held back, in chunks
 SELECT count(*), count(*) FILTER (WHERE EXISTS (SELECT FROM catalog.property_object_cards AS po WHERE po.project_id = card.id AND true)), min(updated_at), max(updated_at)

@@ -3,6 +3,7 @@
 
 from datetime import timedelta
 from urllib.parse import quote
+from zoneinfo import ZoneInfo
 
 import pytest
 from django.db import connection
@@ -16,6 +17,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 OBJECTS = reverse("admin:catalog_propertyobjectcard_changelist")
 PROJECTS = reverse("admin:catalog_projectcard_changelist")
+MOSCOW = ZoneInfo("Europe/Moscow")  # CATALOG_TIME_ZONE's default: the card pages' moments are in it
 RETENTION = timedelta(days=30)  # the test settings' DELISTED_RETENTION_PERIOD_DAYS (tests/conftest.py)
 PER_PAGE = 50
 CARDS = 100_000
@@ -65,7 +67,7 @@ def test_a_delisted_cards_page_says_when_it_becomes_deletable(staff_browser):
         deletable = page.locator(".field-deletable_after")
         assert deletable.locator("label").inner_text().rstrip(":") == "Deletable after"
         text = deletable.locator(".readonly").inner_text()
-        assert text.startswith(f"{card.updated_at + RETENTION:%Y-%m-%d %H:%M:%S} UTC {wording}")
+        assert text.startswith(f"{(card.updated_at + RETENTION).astimezone(MOSCOW):%Y-%m-%d %H:%M} MSK {wording}")
         # Read-only: every field is text, nothing to submit, no delete link.
         form_fields = "#content-main input:not([type=hidden]), #content-main select, #content-main textarea"
         assert page.locator(form_fields).count() == 0

@@ -51,7 +51,7 @@ def test_each_card_counts_on_the_day_its_retention_period_ends_from_the_cutoff_o
     delisted_project(datetime(2026, 7, 1, tzinfo=timezone.utc))  # the 31st: past the chart
     PropertyObjectCardFactory(status=CardStatus.HIDDEN, updated_at=NOW - timedelta(days=3))
 
-    days = count_becoming_deletable(Session(), cutoff=CUTOFF, retention=RETENTION, days=CHART_DAYS)
+    days = count_becoming_deletable(Session(), cutoff=CUTOFF, retention=RETENTION, days=CHART_DAYS, time_zone="UTC")
 
     assert [day.day for day in days] == [date(2026, 6, 1) + timedelta(days=n) for n in range(CHART_DAYS)]
     assert counted(days) == {date(2026, 6, 1): (2, 0), date(2026, 6, 2): (1, 0), date(2026, 6, 30): (0, 1)}
@@ -61,9 +61,24 @@ def test_the_days_follow_the_retention_period():
     retention = timedelta(days=45)
     PropertyObjectCardFactory(status=CardStatus.DELISTED, updated_at=NOW - timedelta(days=40))
 
-    days = count_becoming_deletable(Session(), cutoff=NOW - retention, retention=retention, days=CHART_DAYS)
+    days = count_becoming_deletable(
+        Session(), cutoff=NOW - retention, retention=retention, days=CHART_DAYS, time_zone="UTC"
+    )
 
     assert counted(days) == {date(2026, 6, 6): (1, 0)}
+
+
+def test_the_days_are_the_catalogs_time_zones():
+    delisted_object(datetime(2026, 6, 1, 20, 59, 59, tzinfo=timezone.utc))  # 23:59:59 in Moscow (UTC+3)
+    delisted_object(datetime(2026, 6, 1, 21, tzinfo=timezone.utc))  # midnight there: the next day
+
+    in_moscow = count_becoming_deletable(
+        Session(), cutoff=CUTOFF, retention=RETENTION, days=CHART_DAYS, time_zone="Europe/Moscow"
+    )
+    in_utc = count_becoming_deletable(Session(), cutoff=CUTOFF, retention=RETENTION, days=CHART_DAYS, time_zone="UTC")
+
+    assert counted(in_moscow) == {date(2026, 6, 1): (1, 0), date(2026, 6, 2): (1, 0)}
+    assert counted(in_utc) == {date(2026, 6, 1): (2, 0)}
 
 
 def test_the_count_reads_only_the_partial_indexes_of_delisted_cards():

@@ -6,11 +6,13 @@ from datetime import timedelta
 
 import psycopg
 import pytest
+import yaml
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
+from catalog.admin.retention_page import OVERDUE_AGE_GOAL
 from catalog.models import CardStatus
 from retention.locks import advisory_lock_key
 from retention.metrics import LAST_RUN, LAST_RUN_INFO, LAST_RUN_OUTCOME
@@ -21,7 +23,7 @@ from tests.factories import (
     PropertyObjectCardFactory,
     PropertyObjectDisplayOverrideFactory,
 )
-from tests.support import free_loopback_port
+from tests.support import PROJECT_ROOT, free_loopback_port
 
 pytestmark = pytest.mark.django_db
 
@@ -71,15 +73,42 @@ def test_staff_sees_the_backlog_the_limits_and_the_preview(plain_staff_client, s
     assert "<th>Batch size</th><td><code>DELISTED_RETENTION_BATCH_SIZE</code></td><td>1 </td>" in html
 
 
-def test_the_page_says_how_many_days_the_oldest_overdue_card_is_past_due(plain_staff_client):
+def test_the_page_says_how_many_days_the_oldest_overdue_card_is_past_due_and_warns_past_the_goal(plain_staff_client):
     PropertyObjectCardFactory(status=CardStatus.DELISTED, updated_at=timezone.now() - timedelta(days=42, hours=12))
     ProjectCardFactory(status=CardStatus.DELISTED, updated_at=timezone.now())
 
     html = plain_staff_client.get(PAGE).content.decode()
 
-    # 42.5 days since delisting, 30 of them the retention period.
-    assert re.search(r'id="backlog-property-objects">(?:(?!</tr>).)*<td class="days-past-due">12.5</td>', html, re.S)
+    # 42.5 days since delisting, 30 of them the retention period: 12.5 past due, past the goal of 3.
+    assert re.search(
+        r'id="backlog-property-objects">(?:(?!</tr>).)*<td class="days-past-due past-goal">12.5</td>', html, re.S
+    )
     assert re.search(r'id="backlog-projects">(?:(?!</tr>).)*<td class="days-past-due">none overdue</td>', html, re.S)
+    warning = " ".join(re.search(r'<p class="errornote" id="overdue-warning">(.*?)</p>', html, re.S)[1].split())
+    assert warning.startswith(
+        "The oldest overdue property object has waited 12.5 days past its deletion date, longer than the goal of 3 days"
+    )
+
+
+def test_no_warning_while_the_oldest_overdue_card_is_within_the_goal(plain_staff_client):
+    PropertyObjectCardFactory(status=CardStatus.DELISTED, updated_at=timezone.now() - timedelta(days=32, hours=12))
+    # An overdue project far past the goal is held back by its objects by design: no warning for it, as no alert.
+    project = ProjectCardFactory(status=CardStatus.DELISTED, updated_at=timezone.now() - timedelta(days=300))
+    PropertyObjectCardFactory(project_id=project.id)
+
+    html = plain_staff_client.get(PAGE).content.decode()
+
+    assert re.search(r'id="backlog-property-objects">(?:(?!</tr>).)*<td class="days-past-due">2.5</td>', html, re.S)
+    assert 'id="overdue-warning"' not in html
+
+
+def test_the_goal_is_the_one_the_alert_fires_past():
+    rules = yaml.safe_load((PROJECT_ROOT / "deploy" / "prometheus" / "catalog-delisted-retention.rules.yml").read_text())
+    recorded = {
+        rule["record"]: rule["expr"] for group in rules["groups"] for rule in group["rules"] if "record" in rule
+    }
+
+    assert recorded["catalog_delisted_retention:overdue_age_slo_days"] == f"vector({OVERDUE_AGE_GOAL.days})"
 
 
 def test_counts_have_thousands_separators(plain_staff_client, settings):
