@@ -12,6 +12,10 @@ from datetime import timedelta
 from django.conf import settings
 
 MAX_TIMEOUT_MS = 2**31 - 1  # the largest statement_timeout / lock_timeout PostgreSQL takes
+# What the server adds to the job's longest pause before it ends the session as left by its client: the job's other
+# silences (the metrics export, 2 s; a poll of the standbys, 0.5 s) and a slow client fit in it.
+IDLE_MARGIN = timedelta(seconds=30)
+IDLE_IN_TRANSACTION = timedelta(seconds=10)  # the job never waits inside a transaction
 
 
 @dataclass(frozen=True)
@@ -105,6 +109,11 @@ LIMITS = (
         "lock_timeout", "lock timeout", None, "DELISTED_RETENTION_LOCK_TIMEOUT_MS", "milliseconds", None,
         MAX_TIMEOUT_MS,
     ),
+    # Both ends of the job's connection give up on a peer silent this long (TCP keepalives, tcp_user_timeout).
+    Limit(
+        "dead_peer_timeout", "dead peer timeout", None, "DELISTED_RETENTION_DEAD_PEER_TIMEOUT_SECONDS", "seconds",
+        None, 3600,
+    ),
 )
 LIMIT_OF_FIELD = {limit.field: limit for limit in LIMITS}
 
@@ -137,9 +146,37 @@ class PurgeLimits:
     orphan_sweep_window: timedelta
     statement_timeout: timedelta
     lock_timeout: timedelta
+    dead_peer_timeout: timedelta
 
     def __post_init__(self):
         PurgeLimitsError.raise_any([(limit, limit.problem_of_field(getattr(self, limit.field))) for limit in LIMITS])
+        if self.idle_session_timeout > timedelta(milliseconds=MAX_TIMEOUT_MS):
+            raise PurgeLimitsError([(LIMIT_OF_FIELD["batch_pause_factor"], (
+                f"the longest pause (batch pause + batch pause factor × statement timeout, plus "
+                f"{IDLE_MARGIN.seconds} s) must be under {MAX_TIMEOUT_MS} ms, PostgreSQL's largest "
+                f"idle_session_timeout, got {self.idle_session_timeout // timedelta(milliseconds=1)} ms"
+            ))])
+
+    @property
+    def longest_pause(self) -> timedelta:
+        """The longest pause between two batches: after a batch that took its whole statement_timeout."""
+        return self.batch_pause + self.batch_pause_factor * self.statement_timeout
+
+    def pause_after(self, batch_seconds: float) -> float:
+        """The pause after a batch that took `batch_seconds`, in seconds, never over the longest pause."""
+        return min(self.batch_pause.total_seconds() + self.batch_pause_factor * batch_seconds,
+                   self.longest_pause.total_seconds())
+
+    @property
+    def orphan_bound(self) -> timedelta:
+        """How long the server keeps the job's session after a partition: the kernel's keepalive probes every sixth
+        of dead_peer_timeout give up once it has passed, and the session notices within a second."""
+        return self.dead_peer_timeout * 7 / 6 + timedelta(seconds=1)
+
+    @property
+    def idle_session_timeout(self) -> timedelta:
+        """How long the server lets the job's session sit idle: above the longest silence the job keeps."""
+        return self.longest_pause + IDLE_MARGIN
 
     @classmethod
     def from_settings(cls, options: Mapping[str, float | None] | None = None) -> "PurgeLimits":

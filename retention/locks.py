@@ -35,7 +35,7 @@ POOL_SATURATED = (
 # Mark the session with the run id, and try the lock.
 TAKE_LOCK = "SELECT pg_backend_pid(), set_config(%(marker_name)s, %(marker)s, false), pg_try_advisory_lock(%(key)s)"
 UNLOCK = "SELECT pg_advisory_unlock(%(key)s)"
-LOCK_GONE = "advisory lock went with its session, which is gone"
+LOCK_GONE = "advisory lock not released: its session is lost, and the server ends the lock with it"
 BACKEND_PID = "SELECT pg_backend_pid()"  # the server session's, through a pooler too
 QUERY_WAIT_TIMEOUT_ERROR = "query_wait_timeout"  # PgBouncer: a client waited that long for a server
 

@@ -15,8 +15,8 @@ import math
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
-from dataclasses import dataclass, field
-from datetime import datetime
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timezone
 
 import psycopg
 from django.conf import settings
@@ -31,7 +31,7 @@ from retention.metrics import RunMetrics
 from retention.pacing import ReplicaLagHidden, wait_for_replicas
 from retention.phases import BATCH_ROWS, CARD_PHASES, PHASES, PROJECTS, PROPERTY_OBJECTS, SCAN_CHUNK, Phase
 from retention.preview import preview_purge
-from retention.results import DELETED_COUNTS, Culprit, Outcome, PurgeFailed, PurgeResult, StopReason
+from retention.results import DELETED_COUNTS, Culprit, Outcome, PurgeFailed, PurgeResult, StopReason, within_json
 from retention.session import SYNC_WAIT_CANCELLED_MESSAGE, JobSession, StopRequest, StopRun, sqlstate
 from retention.spans import current_trace_id, failed, result_attributes, run_attributes, traced
 
@@ -46,6 +46,13 @@ CULPRITS_LISTED = 20  # culprits logged one by one and carried in the result; th
 MAX_CULPRITS = 5000
 SCHEMA_MISSING = "the catalog schema is missing in database {alias!r}: run `manage.py migrate`"
 DATABASE_UNREACHABLE = "database {alias!r} is unreachable: {error}"
+CONNECTION_LOST = (
+    "the run lost its database connection ({error}){unknown_commit}; it opened no other: the server ends the "
+    "orphaned session, and frees the advisory lock with it, by {free_by} at the latest"
+)
+UNKNOWN_COMMIT = "; batch {index} ({phase}, {cards} cards) sent its COMMIT and got no answer: whether it committed is unknown"
+# A culprit's error and the run's error in the result, as JSON: with 20 culprits stdout stays under 16 KiB.
+CULPRIT_ERROR_BYTES, ERROR_JSON_BYTES = 500, 2000
 # What ends a run as failed with a one-line error; StopRun ends it with a reason.
 INFRASTRUCTURE_ERRORS = (DatabaseError, psycopg.Error, PooledSessionError, PoolSaturated, ReplicaLagHidden)
 
@@ -88,10 +95,10 @@ def purge_delisted_cards(
             except StopRun as stopped:  # before anything was locked: the wait for a pooler's server, the dry run
                 result = run_result(session, run, stopped.reason, dry_run=dry_run)
             except INFRASTRUCTURE_ERRORS as error:
-                result = run_result(session, run, StopReason.FAILED, error=describe_failure(error, session.using),
+                result = run_result(session, run, StopReason.FAILED, error=describe_failure(error, session, run),
                                     dry_run=dry_run)
         if metrics:
-            metrics.run_finished(result, at_end)
+            metrics.run_finished(result, at_end, within=session.stop.exit_wait(math.inf))
         root.set_attributes(result_attributes(result))
         if result.outcome is Outcome.FAILED:
             raise PurgeFailed(result)
@@ -115,29 +122,34 @@ class Run:
     refused_batches: int = 0  # consecutive batches of which every card was a culprit
     systemic_failure: str | None = None
     replica_lag_wait: float = 0.0
+    unknown_commit: dict | None = None  # the batch whose COMMIT got no answer: its index, phase and cards
 
 
 def run_result(session: JobSession, run: Run, stop_reason: StopReason, *, has_more: bool | None = None,
                error: str | None = None, dry_run: bool = False, **fields) -> PurgeResult:
-    """The run's result: the one place its outcome is decided. It fails on an infrastructure `error`, on culprits,
-    and on a commit its synchronous standby never confirmed once the run's time ran out (cron must hear of a standby
-    gone). A run that stopped on a limit or completed is judged by what it left (`has_more`)."""
+    """The run's result: the one place its outcome is decided. It fails on an infrastructure `error`, on culprits
+    (also when it was then stopped: cron must hear of them), and on a commit its synchronous standby never confirmed
+    once the run's time ran out (cron must hear of a standby gone). A run that stopped on a limit or completed is
+    judged by what it left (`has_more`): unknown is not "nothing left"."""
     culprits = len(run.culprits)
     if error is None and culprits:
         error = run.systemic_failure or (f"{culprits} card(s) cannot be deleted and were left in place; the first "
                                          f"{min(culprits, CULPRITS_LISTED)} are logged with their id and error")
     elif error is None and session.unconfirmed_commit and stop_reason is StopReason.MAX_DURATION:
         stop_reason, error = StopReason.FAILED, SYNC_WAIT_CANCELLED_MESSAGE
-    if stop_reason in (StopReason.STOPPED, StopReason.LOCK_BUSY, StopReason.FAILED):
-        outcome = Outcome(stop_reason)  # the stop reasons that are an outcome by themselves
-    elif culprits:
+    if stop_reason is StopReason.FAILED or culprits:
         outcome = Outcome.FAILED
+    elif stop_reason in (StopReason.STOPPED, StopReason.LOCK_BUSY):
+        outcome = Outcome(stop_reason)  # the stop reasons that are an outcome by themselves
     else:
-        outcome = Outcome.HAS_MORE if has_more else Outcome.COMPLETED
+        outcome = Outcome.COMPLETED if has_more is False else Outcome.HAS_MORE
     return PurgeResult(
         run_id=session.run_id, cutoff=run.cutoff, stop_reason=stop_reason, outcome=outcome, has_more=has_more,
-        culprits=tuple(run.culprits[:CULPRITS_LISTED]), culprit_count=culprits,
-        replica_lag_wait_seconds=round(run.replica_lag_wait, 3), error=error, dry_run=dry_run,
+        culprits=tuple(replace(culprit, error=within_json(culprit.error, CULPRIT_ERROR_BYTES))
+                       for culprit in run.culprits[:CULPRITS_LISTED]),
+        culprit_count=culprits, uncertain_cards=run.unknown_commit["cards"] if run.unknown_commit else 0,
+        replica_lag_wait_seconds=round(run.replica_lag_wait, 3), error=error and within_json(error, ERROR_JSON_BYTES),
+        dry_run=dry_run,
         duration_seconds=round(time.monotonic() - session.started, 3), trace_id=current_trace_id(),
         **{"batches_processed": run.batches, **run.counts, **fields},  # a dry run's fields are its own
     )
@@ -150,13 +162,19 @@ def stop_if_due(session: JobSession, run: Run) -> None:
         raise StopRun(StopReason.MAX_BATCHES)
 
 
-def describe_failure(error: Exception, alias: str) -> str:
+def describe_failure(error: Exception, session: JobSession, run: Run) -> str:
     if isinstance(error, (PooledSessionError, PoolSaturated, ReplicaLagHidden)):
         return str(error)
+    if session.lost:
+        free_by = datetime.now(timezone.utc) + session.limits.orphan_bound
+        return CONNECTION_LOST.format(
+            error=first_line(error), free_by=free_by.isoformat(timespec="seconds"),
+            unknown_commit=UNKNOWN_COMMIT.format(**run.unknown_commit) if run.unknown_commit else "",
+        )
     if sqlstate(error) in UNDEFINED_OBJECT_STATES:
-        return SCHEMA_MISSING.format(alias=alias)
+        return SCHEMA_MISSING.format(alias=session.using)
     if sqlstate(error) is None and isinstance(error, OperationalError):
-        return DATABASE_UNREACHABLE.format(alias=alias, error=first_line(error))
+        return DATABASE_UNREACHABLE.format(alias=session.using, error=first_line(error))
     return first_line(error)
 
 
@@ -232,8 +250,7 @@ def run_phases(session: JobSession, run: Run, on_batch: Callable[[int], None]) -
         with traced("phase", {"retention.phase": phase.name}):
             while True:
                 if last_batch_seconds is not None:
-                    pause = (session.limits.batch_pause.total_seconds()
-                             + session.limits.batch_pause_factor * last_batch_seconds)
+                    pause = session.limits.pause_after(last_batch_seconds)
                     with traced("pause", {"retention.pause_seconds": pause}) if pause else nullcontext():
                         session.sleep(pause)
                 stop_if_due(session, run)
@@ -364,6 +381,7 @@ def delete_batch(
         "only_ids": None if only_ids is None else array_literal(only_ids),
         "skipped_ids": array_literal([c.card_id for c in run.culprits if c.phase == phase.name]),
     }
+    deleted_cards = None
     try:
         with session.transaction(writes=True) as cursor:
             cursor.execute(phase.batch_sql, params)
@@ -372,6 +390,8 @@ def delete_batch(
     except DatabaseError as error:
         if is_data_error(error):
             raise BatchRefused(error, params) from error
+        if session.lost and deleted_cards is not None:  # the statement answered, its COMMIT did not
+            run.unknown_commit = {"index": run.batches, "phase": phase.name, "cards": deleted_cards}
         log_batch_failure(session, run, phase, error, ids_of_failed_batch(session, phase, params))
         raise
     if not selected:
@@ -383,7 +403,7 @@ def delete_batch(
 
 def ids_of_failed_batch(session: JobSession, phase: Phase, params: dict) -> list[str]:
     """The ids a batch that failed for an infrastructure reason had selected, for its log line: read again (it
-    rolled back whole), on a new session if its own is gone; [] when that fails too."""
+    rolled back whole); [] when that fails too, or the session is lost (no other is opened)."""
     try:
         with session.transaction() as cursor:
             cursor.execute(phase.lock_sql, params)
