@@ -12,10 +12,6 @@ from datetime import timedelta
 from django.conf import settings
 
 MAX_TIMEOUT_MS = 2**31 - 1  # the largest statement_timeout / lock_timeout PostgreSQL takes
-# What the server adds to the job's longest pause before it ends the session as left by its client: the job's other
-# silences (the metrics export, 2 s; a poll of the standbys, 0.5 s) and a slow client fit in it.
-IDLE_MARGIN = timedelta(seconds=30)
-IDLE_IN_TRANSACTION = timedelta(seconds=10)  # the job never waits inside a transaction
 
 
 @dataclass(frozen=True)
@@ -109,10 +105,11 @@ LIMITS = (
         "lock_timeout", "lock timeout", None, "DELISTED_RETENTION_LOCK_TIMEOUT_MS", "milliseconds", None,
         MAX_TIMEOUT_MS,
     ),
-    # Both ends of the job's connection give up on a peer silent this long (TCP keepalives, tcp_user_timeout).
+    # The server ends the job's session when the network to it has been dead this long, or its client silent this
+    # much longer than the job ever is. At least 3 s: the job's short silences (a 2 s metrics export) fit in it.
     Limit(
         "dead_peer_timeout", "dead peer timeout", None, "DELISTED_RETENTION_DEAD_PEER_TIMEOUT_SECONDS", "seconds",
-        None, 3600,
+        3, 3600,
     ),
 )
 LIMIT_OF_FIELD = {limit.field: limit for limit in LIMITS}
@@ -152,9 +149,9 @@ class PurgeLimits:
         PurgeLimitsError.raise_any([(limit, limit.problem_of_field(getattr(self, limit.field))) for limit in LIMITS])
         if self.idle_session_timeout > timedelta(milliseconds=MAX_TIMEOUT_MS):
             raise PurgeLimitsError([(LIMIT_OF_FIELD["batch_pause_factor"], (
-                f"the longest pause (batch pause + batch pause factor × statement timeout, plus "
-                f"{IDLE_MARGIN.seconds} s) must be under {MAX_TIMEOUT_MS} ms, PostgreSQL's largest "
-                f"idle_session_timeout, got {self.idle_session_timeout // timedelta(milliseconds=1)} ms"
+                f"the longest pause (batch pause + batch pause factor × statement timeout) plus the dead peer timeout "
+                f"must be under {MAX_TIMEOUT_MS} ms, PostgreSQL's largest idle_session_timeout, got "
+                f"{self.idle_session_timeout // timedelta(milliseconds=1)} ms"
             ))])
 
     @property
@@ -175,8 +172,8 @@ class PurgeLimits:
 
     @property
     def idle_session_timeout(self) -> timedelta:
-        """How long the server lets the job's session sit idle: above the longest silence the job keeps."""
-        return self.longest_pause + IDLE_MARGIN
+        """How long the server lets the job's session sit idle: dead_peer_timeout past the job's longest pause."""
+        return self.longest_pause + self.dead_peer_timeout
 
     @classmethod
     def from_settings(cls, options: Mapping[str, float | None] | None = None) -> "PurgeLimits":

@@ -27,7 +27,7 @@ from functools import cached_property
 from django.db import DatabaseError, OperationalError, connections, transaction
 
 from config.logging import RunLog
-from retention.limits import IDLE_IN_TRANSACTION, PurgeLimits
+from retention.limits import PurgeLimits
 from retention.results import StopReason
 
 logger = logging.getLogger(__name__)
@@ -208,11 +208,10 @@ class JobSession(Session):
         def open_job_connection(params: dict):
             if self.connected:
                 raise OperationalError(NO_NEW_CONNECTION)
-            dead_peer = self.limits.dead_peer_timeout.total_seconds()
+            idle, interval, count, user_timeout = self._keepalives()
             return open_connection(params | {
-                "connect_timeout": CONNECT_TIMEOUT, "keepalives": 1, "keepalives_idle": math.ceil(dead_peer / 3),
-                "keepalives_interval": math.ceil(dead_peer / 6), "keepalives_count": 3,
-                "tcp_user_timeout": milliseconds(dead_peer),
+                "connect_timeout": CONNECT_TIMEOUT, "keepalives": 1, "keepalives_idle": idle,
+                "keepalives_interval": interval, "keepalives_count": count, "tcp_user_timeout": user_timeout,
             })
         return open_job_connection
 
@@ -286,17 +285,22 @@ class JobSession(Session):
             return
         limits = self.limits
         statement_timeout = min(limits.statement_timeout.total_seconds(), max(until_cut - TIMEOUT_STEP, LAST_WORD))
-        dead_peer = limits.dead_peer_timeout.total_seconds()
         cursor.execute(SERVER_BOUNDS, {
-            "statement_timeout": f"{milliseconds(statement_timeout)}ms",
-            "lock_timeout": f"{milliseconds(limits.lock_timeout.total_seconds())}ms",
-            "idle_session_timeout": f"{milliseconds(limits.idle_session_timeout.total_seconds())}ms",
-            "idle_in_transaction_session_timeout": f"{milliseconds(IDLE_IN_TRANSACTION.total_seconds())}ms",
-            "keepalives_idle": str(math.ceil(dead_peer / 3)), "keepalives_interval": str(math.ceil(dead_peer / 6)),
-            "keepalives_count": "3", "tcp_user_timeout": f"{milliseconds(dead_peer)}ms",
+            "statement_timeout": milliseconds(statement_timeout),
+            "lock_timeout": milliseconds(limits.lock_timeout.total_seconds()),
+            "idle_session_timeout": milliseconds(limits.idle_session_timeout.total_seconds()),
+            "idle_in_transaction_session_timeout": milliseconds(limits.dead_peer_timeout.total_seconds()),
+            **dict(zip(("keepalives_idle", "keepalives_interval", "keepalives_count", "tcp_user_timeout"),
+                       map(str, self._keepalives()))),
             "application_name": f"purge_delisted {self.run_id}",
         })
         self._timed, self._statement_timeout = session, statement_timeout
+
+    def _keepalives(self) -> tuple[int, int, int, int]:
+        """TCP keepalives giving up on a dead peer after dead_peer_timeout, on either end: the idle time and the
+        interval (s), the probes, the user timeout (ms)."""
+        dead_peer = self.limits.dead_peer_timeout.total_seconds()
+        return math.ceil(dead_peer / 3), math.ceil(dead_peer / 6), 3, round(dead_peer * 1000)
 
     def _reset_bounds(self) -> None:
         if self._timed is None or self.lost or self.connection() is not self._timed:
@@ -361,5 +365,5 @@ def sqlstate(error: BaseException | None) -> str | None:
     return None
 
 
-def milliseconds(seconds: float) -> int:
-    return max(1, round(seconds * 1000))
+def milliseconds(seconds: float) -> str:
+    return f"{max(1, round(seconds * 1000))}ms"

@@ -13,8 +13,8 @@ PINNED = Path(backlog.__file__).parent / "sql" / "statements.sql"
 
 def statements() -> dict[str, str]:
     rendered = {
-        "session: its timeouts": session.SET_TIMEOUTS,
-        "session: its timeouts reset": session.RESET_TIMEOUTS,
+        "session: its bounds": session.SERVER_BOUNDS,
+        "session: its bounds reset": session.RESET_BOUNDS,
         "pooler probe": locks.BACKEND_PID,
         "advisory lock": locks.TAKE_LOCK,
         "advisory unlock": locks.UNLOCK,
