@@ -159,17 +159,6 @@ class PurgeLimits:
         """The longest pause between two batches: after a batch that took its whole statement_timeout."""
         return self.batch_pause + self.batch_pause_factor * self.statement_timeout
 
-    def pause_after(self, batch_seconds: float) -> float:
-        """The pause after a batch that took `batch_seconds`, in seconds, never over the longest pause."""
-        return min(self.batch_pause.total_seconds() + self.batch_pause_factor * batch_seconds,
-                   self.longest_pause.total_seconds())
-
-    @property
-    def orphan_bound(self) -> timedelta:
-        """How long the server keeps the job's session after a partition: the kernel's keepalive probes every sixth
-        of dead_peer_timeout give up once it has passed, and the session notices within a second."""
-        return self.dead_peer_timeout * 7 / 6 + timedelta(seconds=1)
-
     @property
     def idle_session_timeout(self) -> timedelta:
         """How long the server lets the job's session sit idle: dead_peer_timeout past the job's longest pause."""

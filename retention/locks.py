@@ -15,7 +15,8 @@ from contextlib import contextmanager
 from django.db import DatabaseError
 
 from retention.results import StopReason
-from retention.session import JobSession, StopRun
+from retention.session import JobSession
+from retention.stopping import StopRun
 
 logger = logging.getLogger(__name__)
 

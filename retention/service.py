@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 import psycopg
 from django.conf import settings
@@ -32,8 +32,9 @@ from retention.pacing import ReplicaLagHidden, wait_for_replicas
 from retention.phases import BATCH_ROWS, CARD_PHASES, PHASES, PROJECTS, PROPERTY_OBJECTS, SCAN_CHUNK, Phase
 from retention.preview import preview_purge
 from retention.results import DELETED_COUNTS, Culprit, Outcome, PurgeFailed, PurgeResult, StopReason, within_json
-from retention.session import SYNC_WAIT_CANCELLED_MESSAGE, JobSession, StopRequest, StopRun, sqlstate
+from retention.session import SYNC_WAIT_CANCELLED_MESSAGE, JobSession
 from retention.spans import current_trace_id, failed, result_attributes, run_attributes, traced
+from retention.stopping import StopRequest, StopRun
 
 LOCK_NAME = "job:scheduled:catalog-delisted-retention"
 # SQLSTATE classes of errors that belong to the rows, not to the database: data exceptions (22), integrity
@@ -50,7 +51,9 @@ CONNECTION_LOST = (
     "the run lost its database connection ({error}){unknown_commit}; it opened no other: the server ends the "
     "orphaned session, and frees the advisory lock with it, by {free_by} at the latest"
 )
-UNKNOWN_COMMIT = "; batch {index} ({phase}, {cards} cards) sent its COMMIT and got no answer: whether it committed is unknown"
+UNKNOWN_COMMIT = (
+    "; batch {index} ({phase}, {cards} cards) sent its COMMIT and got no answer: whether it committed is unknown"
+)
 # A culprit's error and the run's error in the result, as JSON: with 20 culprits stdout stays under 16 KiB.
 CULPRIT_ERROR_BYTES, ERROR_JSON_BYTES = 500, 2000
 # What ends a run as failed with a one-line error; StopRun ends it with a reason.
@@ -166,7 +169,8 @@ def describe_failure(error: Exception, session: JobSession, run: Run) -> str:
     if isinstance(error, (PooledSessionError, PoolSaturated, ReplicaLagHidden)):
         return str(error)
     if session.lost:
-        free_by = datetime.now(timezone.utc) + session.limits.orphan_bound
+        # The server's bound on a dead network (docs/how-it-works.md, "The server keeps the run's bounds").
+        free_by = datetime.now(timezone.utc) + session.limits.dead_peer_timeout * 7 / 6 + timedelta(seconds=1)
         return CONNECTION_LOST.format(
             error=first_line(error), free_by=free_by.isoformat(timespec="seconds"),
             unknown_commit=UNKNOWN_COMMIT.format(**run.unknown_commit) if run.unknown_commit else "",
@@ -250,7 +254,9 @@ def run_phases(session: JobSession, run: Run, on_batch: Callable[[int], None]) -
         with traced("phase", {"retention.phase": phase.name}):
             while True:
                 if last_batch_seconds is not None:
-                    pause = session.limits.pause_after(last_batch_seconds)
+                    limits = session.limits  # never over the longest pause, which the server's idle bound allows for
+                    pause = min(limits.batch_pause.total_seconds() + limits.batch_pause_factor * last_batch_seconds,
+                                limits.longest_pause.total_seconds())
                     with traced("pause", {"retention.pause_seconds": pause}) if pause else nullcontext():
                         session.sleep(pause)
                 stop_if_due(session, run)
@@ -514,6 +520,14 @@ def log_batch_failure(
             extra={"phase": phase.name, "batch_index": run.batches, "part": part + 1, "parts": parts,
                    "batch_ids": ids[part * IDS_PER_LOG_LINE:(part + 1) * IDS_PER_LOG_LINE]},
         )
+
+
+def sqlstate(error: BaseException) -> str | None:
+    """The SQLSTATE of a database error, which Django keeps on the psycopg error it wraps."""
+    for candidate in (error, error.__cause__):
+        if code := getattr(candidate, "sqlstate", None):
+            return code
+    return None
 
 
 def is_data_error(error: DatabaseError) -> bool:

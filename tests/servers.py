@@ -1,5 +1,6 @@
 """Real servers the tests start on free loopback ports and tear down after: a PgBouncer in front of a database,
-a throwaway primary with a streaming standby, a Pushgateway, and a TCP proxy that can freeze (tests.freezing_proxy). Registered as a pytest plugin by tests/conftest.py,
+a throwaway primary with a streaming standby, a Pushgateway, and a TCP proxy that freezes
+(tests.freezing_proxy). Registered as a pytest plugin by tests/conftest.py,
 so the fixtures at the end are available to every test.
 
 PostgreSQL's own programs and PgBouncer refuse to run as root: as root, they run as the `postgres` OS user, in

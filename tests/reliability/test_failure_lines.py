@@ -10,7 +10,7 @@ import pytest
 from django.db import connection
 
 from config.logging import MAX_LINE_BYTES
-from retention.session import CONNECT_TIMEOUT
+from retention.bounds import CONNECT_TIMEOUT
 from tests.factories import ProjectCardFactory, PropertyObjectCardFactory
 from tests.reliability.support import run_purge
 from tests.support import database_url_of_tests, deletes_refused, free_loopback_port
