@@ -78,10 +78,6 @@ class JobSession(Session):
     def left(self) -> timedelta:
         return timedelta(seconds=self.stop.deadline - time.monotonic())
 
-    def connection(self):
-        """The database connection the session runs on now (Django drops one that broke)."""
-        return connections[self.using].connection
-
     def sleep(self, seconds: float) -> bool:
         """Sleep, waking at once on a stop request; whether the run may go on (no stop was requested)."""
         self.stop.wait(min(seconds, max(0.0, self.left().total_seconds())))
@@ -108,7 +104,7 @@ class JobSession(Session):
                 yield self
         finally:
             del database.get_new_connection
-            if not self.lost and self._timed[0] is not None and self._timed[0] is self.connection():
+            if not self.lost and self._timed[0] is not None and self._timed[0] is database.connection:
                 try:
                     with database.cursor() as cursor:
                         cursor.execute(RESET_BOUNDS, {"names": list(BOUNDS)})
