@@ -20,8 +20,8 @@ from catalog.models import PropertyObjectCard
 from retention.management.commands.purge_delisted import ERROR_PREFIX
 from tests.factories import PropertyObjectCardFactory
 from tests.reliability.support import (
-    HELD_TITLE, WAIT_SECONDS, CatalogState, held_batch, job_backend_pids, job_lock_holders, run_purge, start_purge,
-    stopped_within_bound, wait_for,
+    HELD_TITLE, WAIT_SECONDS, CatalogState, finished, held_batch, job_backend_pids, job_lock_holders, run_purge,
+    start_purge, stopped_within_bound, wait_for,
 )
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -41,14 +41,9 @@ def purge_through(proxy, *options: str) -> tuple[subprocess.Popen, float]:
     return job, started
 
 
-def finished(job: subprocess.Popen, started: float) -> tuple[dict, str, float]:
-    try:
-        stdout, stderr = job.communicate(timeout=WAIT_SECONDS)
-    finally:
-        if job.poll() is None:
-            job.kill()
-            job.communicate()
-    return json.loads(stdout), stderr, time.monotonic() - started
+def finished_after(job: subprocess.Popen, started: float) -> tuple[dict, str, float]:
+    result, stderr = finished(job)
+    return result, stderr, time.monotonic() - started
 
 
 def one_error_line(stderr: str) -> str:
@@ -94,7 +89,7 @@ def test_a_partition_during_a_batch(freezing_proxy):
         job, started = purge_through(freezing_proxy, "--batch-size", "2", "--max-duration-seconds", "3")
         fault.wait_until_held(job)  # batch 1 (cards 2-3) waits in its statement, on the server
         freezing_proxy.freeze()
-        result, stderr, took = finished(job, started)
+        result, stderr, took = finished_after(job, started)
         gone = orphan_gone_within_its_bound(freezing_proxy)
 
     assert_failed_on_the_lost_connection(job, result, stderr)
@@ -114,7 +109,7 @@ def test_a_partition_during_the_pause_between_batches(freezing_proxy):
                                  "--max-duration-seconds", "4")
     wait_for(lambda: PropertyObjectCard.objects.count() == 20, what="the first batch")
     freezing_proxy.freeze()
-    result, stderr, took = finished(job, started)
+    result, stderr, took = finished_after(job, started)
     orphan_gone_within_its_bound(freezing_proxy)
 
     assert_failed_on_the_lost_connection(job, result, stderr)
@@ -129,7 +124,7 @@ def test_a_partition_during_a_commit_names_the_batch_whose_commit_is_unknown(fre
     before = CatalogState.read()
     freezing_proxy.freeze_before(b"COMMIT", after=BATCH_OF_OBJECTS)  # the first batch's COMMIT never arrives
     job, started = purge_through(freezing_proxy, "--batch-size", "10", "--max-duration-seconds", "3")
-    result, stderr, took = finished(job, started)
+    result, stderr, took = finished_after(job, started)
     orphan_gone_within_its_bound(freezing_proxy)
 
     assert_failed_on_the_lost_connection(job, result, stderr)
@@ -147,7 +142,7 @@ def test_a_partition_during_the_end_count_leaves_has_more_unknown(freezing_proxy
     freezing_proxy.freeze_before(b"WITH TIES", after=BATCH_OF_OBJECTS)  # the end count's first chunk
     job, started = purge_through(freezing_proxy, "--batch-size", "10", "--max-batches", "1",
                                  "--max-duration-seconds", "3")
-    result, stderr, took = finished(job, started)
+    result, stderr, took = finished_after(job, started)
     orphan_gone_within_its_bound(freezing_proxy)
 
     assert_failed_on_the_lost_connection(job, result, stderr)  # has_more unknown: never "nothing left"
