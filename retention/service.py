@@ -152,8 +152,7 @@ def run_result(session: JobSession, run: Run, stop_reason: StopReason, *, has_mo
                        for culprit in run.culprits[:CULPRITS_LISTED]),
         culprit_count=culprits, uncertain_cards=run.unknown_commit["cards"] if run.unknown_commit else 0,
         replica_lag_wait_seconds=round(run.replica_lag_wait, 3), error=error and within_json(error, ERROR_JSON_BYTES),
-        dry_run=dry_run,
-        duration_seconds=round(time.monotonic() - session.started, 3), trace_id=current_trace_id(),
+        dry_run=dry_run, duration_seconds=round(time.monotonic() - session.started, 3), trace_id=current_trace_id(),
         **{"batches_processed": run.batches, **run.counts, **fields},  # a dry run's fields are its own
     )
 

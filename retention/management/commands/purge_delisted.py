@@ -184,7 +184,7 @@ def progress_bar(*, enabled: bool) -> Iterator[ProgressBar]:
 def stop_on_signals() -> Iterator[StopRequest]:
     """SIGTERM and SIGINT ask for a graceful stop: it cancels the statement in flight, whose batch rolls back whole,
     and ends the run before the next batch; the trace flush at exit then gets what is left of the run's exit bound
-    (retention.session.EXIT_BOUND). Outside the main thread (tests) no handler can be installed."""
+    (retention.stopping.EXIT_BOUND). Outside the main thread (tests) no handler can be installed."""
     stop = StopRequest()
     in_main_thread = threading.current_thread() is threading.main_thread()
     signals = (signal.SIGTERM, signal.SIGINT) if in_main_thread else ()
