@@ -215,6 +215,9 @@ DELISTED_RETENTION_ORPHAN_SWEEP_DAYS = env_int("DELISTED_RETENTION_ORPHAN_SWEEP_
 # Bound every batch transaction: a stuck batch gives up instead of holding its row locks.
 DELISTED_RETENTION_STATEMENT_TIMEOUT_MS = env_int("DELISTED_RETENTION_STATEMENT_TIMEOUT_MS", 60_000)
 DELISTED_RETENTION_LOCK_TIMEOUT_MS = env_int("DELISTED_RETENTION_LOCK_TIMEOUT_MS", 5_000)
+# Both ends of the job's connection give up on a silent peer after this long: the server then ends the job's session
+# left by a partition, and its advisory lock with it (docs/operations.md, "Known limits").
+DELISTED_RETENTION_DEAD_PEER_TIMEOUT_SECONDS = env_int("DELISTED_RETENTION_DEAD_PEER_TIMEOUT_SECONDS", 30)
 # The database alias the job runs on (lock, batches, counts); `purge_delisted --database` overrides it per run.
 DELISTED_RETENTION_LOCK_DATABASE = env.str(
     "DELISTED_RETENTION_LOCK_DATABASE", default="retention" if "retention" in DATABASES else "default"

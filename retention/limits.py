@@ -105,6 +105,12 @@ LIMITS = (
         "lock_timeout", "lock timeout", None, "DELISTED_RETENTION_LOCK_TIMEOUT_MS", "milliseconds", None,
         MAX_TIMEOUT_MS,
     ),
+    # The server ends the job's session when the network to it has been dead this long, or its client silent this
+    # much longer than the job ever is. At least 3 s: the job's short silences (a 2 s metrics export) fit in it.
+    Limit(
+        "dead_peer_timeout", "dead peer timeout", None, "DELISTED_RETENTION_DEAD_PEER_TIMEOUT_SECONDS", "seconds",
+        3, 3600,
+    ),
 )
 LIMIT_OF_FIELD = {limit.field: limit for limit in LIMITS}
 
@@ -137,9 +143,21 @@ class PurgeLimits:
     orphan_sweep_window: timedelta
     statement_timeout: timedelta
     lock_timeout: timedelta
+    dead_peer_timeout: timedelta
 
     def __post_init__(self):
         PurgeLimitsError.raise_any([(limit, limit.problem_of_field(getattr(self, limit.field))) for limit in LIMITS])
+
+    @property
+    def longest_pause(self) -> timedelta:
+        """The longest pause between two batches: after one that took its whole statement_timeout, and never past the
+        run's end. So the server's idle bound below always fits PostgreSQL's largest timeout (24.8 days)."""
+        return min(self.batch_pause + self.batch_pause_factor * self.statement_timeout, self.max_duration)
+
+    @property
+    def idle_session_timeout(self) -> timedelta:
+        """How long the server lets the job's session sit idle: dead_peer_timeout past the job's longest pause."""
+        return self.longest_pause + self.dead_peer_timeout
 
     @classmethod
     def from_settings(cls, options: Mapping[str, float | None] | None = None) -> "PurgeLimits":

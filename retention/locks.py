@@ -4,7 +4,7 @@ advisory lock").
 
 A pooler between the job and PostgreSQL may share the lock's session or keep it after the job is killed, so the job
 refuses one before it locks anything (docs/poolers.md). Each batch statement returns the session it ran on, checked
-before its COMMIT (`prove_holder`): a connection Django replaced after a failure holds no lock.
+before its COMMIT (`prove_holder`): a connection other than the one that took it holds no lock.
 """
 
 import hashlib
@@ -15,7 +15,8 @@ from contextlib import contextmanager
 from django.db import DatabaseError
 
 from retention.results import StopReason
-from retention.session import JobSession, StopRun
+from retention.session import JobSession
+from retention.stopping import StopRun
 
 logger = logging.getLogger(__name__)
 
@@ -35,7 +36,7 @@ POOL_SATURATED = (
 # Mark the session with the run id, and try the lock.
 TAKE_LOCK = "SELECT pg_backend_pid(), set_config(%(marker_name)s, %(marker)s, false), pg_try_advisory_lock(%(key)s)"
 UNLOCK = "SELECT pg_advisory_unlock(%(key)s)"
-LOCK_GONE = "advisory lock went with its session, which is gone"
+LOCK_GONE = "advisory lock not released: its session is lost, and the server ends the lock with it"
 BACKEND_PID = "SELECT pg_backend_pid()"  # the server session's, through a pooler too
 QUERY_WAIT_TIMEOUT_ERROR = "query_wait_timeout"  # PgBouncer: a client waited that long for a server
 
@@ -62,14 +63,13 @@ def advisory_lock(session: JobSession, name: str) -> Iterator[bool]:
     with session.transaction() as cursor:
         cursor.execute(TAKE_LOCK, {"marker_name": SESSION_MARKER, "marker": marker, "key": key})
         backend_pid, _, acquired = cursor.fetchone()
-    holding = session.connection()
     session.holder = (backend_pid, marker) if acquired else None
     try:
         yield acquired
     finally:
         session.holder = None
         if acquired:
-            release(session, name, key, holding=holding)
+            release(session, name, key)
 
 
 def prove_holder(session: JobSession, backend_pid: int, marker: str | None) -> None:
@@ -100,9 +100,9 @@ def refuse_a_pooler(session: JobSession) -> None:
         raise PooledSessionError(POOLED.format(alias=session.using))
 
 
-def release(session: JobSession, name: str, key: int, *, holding) -> None:
-    """Unlock on the session; a lock whose connection `holding` broke, or that Django replaced, went with it."""
-    if session.connection() is not holding or holding.closed:
+def release(session: JobSession, name: str, key: int) -> None:
+    """Unlock on the session; a lock whose session is lost ends with it on the server (the session opens no other)."""
+    if session.lost:
         logger.warning(LOCK_GONE, extra={"lock": name})
         return
     try:
@@ -110,5 +110,5 @@ def release(session: JobSession, name: str, key: int, *, holding) -> None:
             cursor.execute(UNLOCK, {"key": key})
             if not cursor.fetchone()[0]:
                 logger.error("advisory lock was not held by this session at release", extra={"lock": name})
-    except DatabaseError:  # the connection broke just now: a session lock goes with its session
+    except (DatabaseError, StopRun):  # broke just now, or out of time: a session lock goes with its session
         logger.warning(LOCK_GONE, extra={"lock": name})

@@ -7,6 +7,7 @@ last run, the last success, the last skip on a busy lock) is written whole to ev
 metrics failure is a logged warning; it never fails the purge.
 """
 
+import math
 import threading
 import time
 import urllib.request
@@ -204,23 +205,25 @@ class RunMetrics:
     def run_started(self, backlog: Backlog) -> None:
         self.export({"backlog": backlog_group(backlog)})
 
-    def run_finished(self, result: PurgeResult, backlog: Backlog | None = None) -> None:
+    def run_finished(self, result: PurgeResult, backlog: Backlog | None = None, within: float = math.inf) -> None:
+        """`within`: the seconds left of the process's exit bound after the run's end, when less than the export's."""
         ended = time.time()
         if result.outcome == Outcome.LOCK_BUSY:
-            self.export({"lock_busy": [gauge(LAST_LOCK_BUSY, ended)]})
+            self.export({"lock_busy": [gauge(LAST_LOCK_BUSY, ended)]}, within)
             return
         groups = {"last_run": last_run_group(result, max_duration=self.max_duration, ended=ended)}
         if backlog is not None:
             groups["backlog"] = backlog_group(backlog)
         if result.outcome in SUCCESSFUL_OUTCOMES:
             groups["last_success"] = [gauge(LAST_SUCCESS, ended)]
-        self.export(groups)
+        self.export(groups, within)
 
-    def export(self, groups: dict[str, list[Metric]]) -> None:
+    def export(self, groups: dict[str, list[Metric]], within: float = math.inf) -> None:
         # Socket timeouts bound each read, not a whole request (a gateway that drips a byte a second never trips
         # them), so each sink is exported in a daemon thread joined by the one deadline; a thread left behind dies
         # with the process.
-        deadline = time.monotonic() + EXPORT_TIMEOUT_SECONDS
+        timeout = min(EXPORT_TIMEOUT_SECONDS, within)
+        deadline = time.monotonic() + timeout
         for sink in self.sinks:
             left = deadline - time.monotonic()
             if left > 0:
@@ -230,8 +233,8 @@ class RunMetrics:
                 if not worker.is_alive():
                     continue
             self.log.warning(
-                "metrics not exported: the export took its whole %s s", EXPORT_TIMEOUT_SECONDS,
-                extra={"sink": str(sink), "timeout_seconds": EXPORT_TIMEOUT_SECONDS},
+                "metrics not exported: the export took its whole %s s", round(timeout, 1),
+                extra={"sink": str(sink), "timeout_seconds": round(timeout, 1)},
             )
 
     def export_to(self, sink: Textfile | Pushgateway, groups: dict[str, list[Metric]], timeout: float) -> None:

@@ -2,6 +2,7 @@
 `retention/`: the service, the command, the metrics and the admin page all speak this vocabulary."""
 
 import enum
+import json
 import uuid
 from dataclasses import asdict, dataclass
 from datetime import datetime
@@ -66,6 +67,7 @@ class PurgeResult:
     deleted_property_object_overrides: int = 0
     deleted_building_overrides: int = 0
     batches_processed: int = 0
+    batch_retries: int = 0  # attempts of a batch that failed on a transient error and were run again
     projects_held_back: int | None = None
     overdue_property_object_cards: int | None = None
     overdue_project_cards: int | None = None
@@ -73,6 +75,8 @@ class PurgeResult:
     duration_seconds: float = 0.0
     culprits: tuple[Culprit, ...] = ()  # the first CULPRITS_LISTED (retention.service) of them
     culprit_count: int = 0
+    # Cards of the batch whose COMMIT got no answer (the connection was lost): deleted or not, the next run knows.
+    uncertain_cards: int = 0
     error: str | None = None
     dry_run: bool = False
     trace_id: str | None = None  # the run's trace (32 lowercase hex digits); None when tracing is off
@@ -95,6 +99,14 @@ class PurgeResult:
                 for key, value in fields.items()
             }
         return fields
+
+
+def within_json(text: str, limit: int) -> str:
+    """`text`, shortened until it takes at most `limit` bytes as a JSON string: escapes can make a character six
+    bytes (a quote two, a control character or a non-ASCII one six)."""
+    while len(json.dumps(text)) > limit:
+        text = text[:len(text) * 3 // 4 - 1] + "…"
+    return text
 
 
 class PurgeFailed(Exception):

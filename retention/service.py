@@ -16,8 +16,8 @@ import time
 import uuid
 from collections.abc import Callable
 from contextlib import nullcontext
-from dataclasses import dataclass, field
-from datetime import datetime
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta, timezone
 
 import psycopg
 from django.conf import settings
@@ -34,9 +34,10 @@ from retention.phases import (
     BATCH_ROWS, CARD_PHASES, FOREIGN_PARTITION, PHASES, PROJECTS, PROPERTY_OBJECTS, SCAN_CHUNK, Phase,
 )
 from retention.preview import preview_purge
-from retention.results import DELETED_COUNTS, Culprit, Outcome, PurgeFailed, PurgeResult, StopReason
-from retention.session import SYNC_WAIT_CANCELLED_MESSAGE, JobSession, StopRequest, StopRun, sqlstate
+from retention.results import DELETED_COUNTS, Culprit, Outcome, PurgeFailed, PurgeResult, StopReason, within_json
+from retention.session import SYNC_WAIT_CANCELLED_MESSAGE, JobSession
 from retention.spans import current_trace_id, failed, result_attributes, run_attributes, run_span, traced
+from retention.stopping import StopRequest, StopRun
 
 LOCK_NAME = "job:scheduled:catalog-delisted-retention"
 
@@ -65,6 +66,15 @@ FOREIGN_PARTITION_REFUSED = (
     "{table} has a foreign table among its partitions, {partition}: a batch could not skip a row locked on the remote "
     "server, nor bound its wait there; purge_delisted does not run on this layout"
 )
+CONNECTION_LOST = (
+    "the run lost its database connection ({error}){unknown_commit}; it opened no other: the server ends the "
+    "orphaned session, and frees the advisory lock with it, by {free_by} at the latest"
+)
+UNKNOWN_COMMIT = (
+    "; batch {index} ({phase}, {cards} cards) sent its COMMIT and got no answer: whether it committed is unknown"
+)
+# A culprit's error and the run's error in the result, as JSON: with 20 culprits stdout stays under 16 KiB.
+CULPRIT_ERROR_BYTES, ERROR_JSON_BYTES = 500, 2000
 # What ends a run as failed with a one-line error; StopRun ends it with a reason.
 INFRASTRUCTURE_ERRORS = (
     DatabaseError, psycopg.Error, PooledSessionError, PoolSaturated, ReplicaLagHidden, UnsupportedLayout,
@@ -111,10 +121,10 @@ def purge_delisted_cards(
             except StopRun as stopped:  # before anything was locked: the wait for a pooler's server, the dry run
                 result = run_result(session, run, stopped.reason, dry_run=dry_run)
             except INFRASTRUCTURE_ERRORS as error:
-                result = run_result(session, run, StopReason.FAILED, error=describe_failure(error, session.using),
+                result = run_result(session, run, StopReason.FAILED, error=describe_failure(error, session, run),
                                     dry_run=dry_run)
         if metrics:
-            metrics.run_finished(result, at_end)
+            metrics.run_finished(result, at_end, within=session.stop.exit_wait(math.inf))
         root.set_attributes(result_attributes(result))
         if result.outcome is Outcome.FAILED:
             raise PurgeFailed(result)
@@ -134,35 +144,40 @@ class Run:
     cutoff: datetime | None = None
     counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(DELETED_COUNTS, 0))
     batches: int = 0
+    batch_retries: int = 0
     culprits: list[Culprit] = field(default_factory=list)
     refused_batches: int = 0  # consecutive batches of which every card was a culprit
     systemic_failure: str | None = None
     replica_lag_wait: float = 0.0
+    unknown_commit: dict | None = None  # the batch whose COMMIT got no answer: its index, phase and cards
 
 
 def run_result(session: JobSession, run: Run, stop_reason: StopReason, *, has_more: bool | None = None,
                error: str | None = None, dry_run: bool = False, **fields) -> PurgeResult:
-    """The run's result: the one place its outcome is decided. It fails on an infrastructure `error`, on culprits,
-    and on a commit its synchronous standby never confirmed once the run's time ran out (cron must hear of a standby
-    gone). A run that stopped on a limit or completed is judged by what it left (`has_more`)."""
+    """The run's result: the one place its outcome is decided. It fails on an infrastructure `error`, on culprits
+    (also when it was then stopped: cron must hear of them), and on a commit its synchronous standby never confirmed
+    once the run's time ran out (cron must hear of a standby gone). A run that stopped on a limit or completed is
+    judged by what it left (`has_more`): unknown is not "nothing left"."""
     culprits = len(run.culprits)
     if error is None and culprits:
         error = run.systemic_failure or (f"{culprits} card(s) cannot be deleted and were left in place; the first "
                                          f"{min(culprits, CULPRITS_LISTED)} are logged with their id and error")
     elif error is None and session.unconfirmed_commit and stop_reason is StopReason.MAX_DURATION:
         stop_reason, error = StopReason.FAILED, SYNC_WAIT_CANCELLED_MESSAGE
-    if stop_reason in (StopReason.STOPPED, StopReason.LOCK_BUSY, StopReason.FAILED):
-        outcome = Outcome(stop_reason)  # the stop reasons that are an outcome by themselves
-    elif culprits:
+    if stop_reason is StopReason.FAILED or culprits:
         outcome = Outcome.FAILED
+    elif stop_reason in (StopReason.STOPPED, StopReason.LOCK_BUSY):
+        outcome = Outcome(stop_reason)  # the stop reasons that are an outcome by themselves
     else:
-        outcome = Outcome.HAS_MORE if has_more else Outcome.COMPLETED
+        outcome = Outcome.COMPLETED if has_more is False else Outcome.HAS_MORE
     return PurgeResult(
         run_id=session.run_id, cutoff=run.cutoff, stop_reason=stop_reason, outcome=outcome, has_more=has_more,
-        culprits=tuple(run.culprits[:CULPRITS_LISTED]), culprit_count=culprits,
-        replica_lag_wait_seconds=round(run.replica_lag_wait, 3), error=error, dry_run=dry_run,
-        duration_seconds=round(time.monotonic() - session.started, 3), trace_id=current_trace_id(),
-        **{"batches_processed": run.batches, **run.counts, **fields},  # a dry run's fields are its own
+        culprits=tuple(replace(culprit, error=within_json(culprit.error, CULPRIT_ERROR_BYTES))
+                       for culprit in run.culprits[:CULPRITS_LISTED]),
+        culprit_count=culprits, uncertain_cards=run.unknown_commit["cards"] if run.unknown_commit else 0,
+        replica_lag_wait_seconds=round(run.replica_lag_wait, 3), error=error and within_json(error, ERROR_JSON_BYTES),
+        dry_run=dry_run, duration_seconds=round(time.monotonic() - session.started, 3), trace_id=current_trace_id(),
+        **{"batches_processed": run.batches, "batch_retries": run.batch_retries, **run.counts, **fields},  # a dry run's fields are its own
     )
 
 
@@ -184,13 +199,20 @@ def refuse_unsupported_layout(session: JobSession) -> None:
         raise UnsupportedLayout(FOREIGN_PARTITION_REFUSED.format(table=table, partition=partition))
 
 
-def describe_failure(error: Exception, alias: str) -> str:
+def describe_failure(error: Exception, session: JobSession, run: Run) -> str:
     if isinstance(error, (PooledSessionError, PoolSaturated, ReplicaLagHidden, UnsupportedLayout)):
         return str(error)
+    if session.lost:
+        # The server's bound on a dead network (docs/how-it-works.md, "The server keeps the run's bounds").
+        free_by = datetime.now(timezone.utc) + session.limits.dead_peer_timeout * 7 / 6 + timedelta(seconds=1)
+        return CONNECTION_LOST.format(
+            error=first_line(error), free_by=free_by.isoformat(timespec="seconds"),
+            unknown_commit=UNKNOWN_COMMIT.format(**run.unknown_commit) if run.unknown_commit else "",
+        )
     if sqlstate(error) in UNDEFINED_OBJECT_STATES:
-        return SCHEMA_MISSING.format(alias=alias)
+        return SCHEMA_MISSING.format(alias=session.using)
     if sqlstate(error) is None and isinstance(error, OperationalError):
-        return DATABASE_UNREACHABLE.format(alias=alias, error=first_line(error))
+        return DATABASE_UNREACHABLE.format(alias=session.using, error=first_line(error))
     return first_line(error)
 
 
@@ -267,8 +289,9 @@ def run_phases(session: JobSession, run: Run, on_batch: Callable[[int], None]) -
         with traced("phase", {"retention.phase": phase.name}):
             while True:
                 if last_batch_seconds is not None:
-                    pause = (session.limits.batch_pause.total_seconds()
-                             + session.limits.batch_pause_factor * last_batch_seconds)
+                    limits = session.limits  # never over the longest pause, which the server's idle bound allows for
+                    pause = min(limits.batch_pause.total_seconds() + limits.batch_pause_factor * last_batch_seconds,
+                                limits.longest_pause.total_seconds())
                     with traced("pause", {"retention.pause_seconds": pause}) if pause else nullcontext():
                         session.sleep(pause)
                 stop_if_due(session, run)
@@ -403,6 +426,7 @@ def delete_batch(
         "skipped_ids": array_literal([c.card_id for c in run.culprits if c.phase == phase.name]),
     }
     for attempt in range(1, BATCH_ATTEMPTS + 1):
+        deleted_cards = None
         try:
             with session.transaction(writes=True) as cursor:
                 cursor.execute(phase.batch_sql, params)
@@ -412,9 +436,11 @@ def delete_batch(
         except DatabaseError as error:
             if is_data_error(error):
                 raise BatchRefused(error, params) from error
-            if sqlstate(error) in TRANSIENT_STATES and attempt < BATCH_ATTEMPTS:
+            if sqlstate(error) in TRANSIENT_STATES and attempt < BATCH_ATTEMPTS and not session.lost:
                 wait_to_retry(session, run, phase, error, attempt)
                 continue
+            if session.lost and deleted_cards is not None:  # the statement answered, its COMMIT did not
+                run.unknown_commit = {"index": run.batches, "phase": phase.name, "cards": deleted_cards}
             log_batch_failure(session, run, phase, error, ids_of_failed_batch(session, phase, params))
             raise
     if not selected:
@@ -428,6 +454,7 @@ def delete_batch(
 def wait_to_retry(session: JobSession, run: Run, phase: Phase, error: DatabaseError, attempt: int) -> None:
     """After a batch's failed `attempt`: say so (log line, an event on the batch's span), then wait the backoff;
     StopRun when a stop or the run's time comes meanwhile."""
+    run.batch_retries += 1
     backoff = RETRY_BACKOFF * 2 ** (attempt - 1)
     message = first_line(error)
     trace.get_current_span().add_event("retry", {"attempt": attempt, "sqlstate": sqlstate(error), "error": message})
@@ -442,7 +469,7 @@ def wait_to_retry(session: JobSession, run: Run, phase: Phase, error: DatabaseEr
 
 def ids_of_failed_batch(session: JobSession, phase: Phase, params: dict) -> list[str]:
     """The ids a batch that failed for an infrastructure reason had selected, for its log line: read again (it
-    rolled back whole), on a new session if its own is gone; [] when that fails too."""
+    rolled back whole); [] when that fails too, or the session is lost (no other is opened)."""
     try:
         with session.transaction() as cursor:
             cursor.execute(phase.lock_sql, params)
@@ -556,6 +583,14 @@ def log_batch_failure(
             extra={"phase": phase.name, "batch_index": run.batches, "part": part + 1, "parts": parts,
                    "batch_ids": ids[part * IDS_PER_LOG_LINE:(part + 1) * IDS_PER_LOG_LINE]},
         )
+
+
+def sqlstate(error: BaseException) -> str | None:
+    """The SQLSTATE of a database error, which Django keeps on the psycopg error it wraps."""
+    for candidate in (error, error.__cause__):
+        if code := getattr(candidate, "sqlstate", None):
+            return code
+    return None
 
 
 def is_data_error(error: DatabaseError) -> bool:

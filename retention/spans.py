@@ -18,7 +18,7 @@ from opentelemetry.trace import Span, Status, StatusCode
 from config.logging import first_line
 from retention.limits import PurgeLimits
 from retention.results import DELETED_COUNTS, PurgeResult
-from retention.session import StopRun
+from retention.stopping import StopRun
 
 tracer = trace.get_tracer("retention")
 RUN_SPAN = context.create_key("retention.run_span")
@@ -55,7 +55,8 @@ def result_attributes(result: PurgeResult) -> dict:
     """The root span's attributes at the end: how the run ended and what it deleted (a dry run: would delete)."""
     attributes = {
         "retention.outcome": str(result.outcome), "retention.stop_reason": str(result.stop_reason),
-        "retention.batches": result.batches_processed, "retention.culprit_count": result.culprit_count,
+        "retention.batches": result.batches_processed, "retention.batch_retries": result.batch_retries,
+        "retention.culprit_count": result.culprit_count,
         **{f"retention.{count}": getattr(result, count) for count in DELETED_COUNTS},
     }
     if result.has_more is not None:  # a span attribute has no null

@@ -1,5 +1,6 @@
 """Real servers the tests start on free loopback ports and tear down after: a PgBouncer in front of a database,
-a throwaway primary with a streaming standby, and a Pushgateway. Registered as a pytest plugin by tests/conftest.py,
+a throwaway primary with a streaming standby, a Pushgateway, and a TCP proxy that freezes
+(tests.freezing_proxy). Registered as a pytest plugin by tests/conftest.py,
 so the fixtures at the end are available to every test.
 
 PostgreSQL's own programs and PgBouncer refuse to run as root: as root, they run as the `postgres` OS user, in
@@ -25,6 +26,7 @@ import pytest
 from django.conf import settings
 from django.db import connections
 
+from tests.freezing_proxy import FreezingProxy, running_freezing_proxy
 from tests.support import PROJECT_ROOT, database_url_of_tests, free_loopback_port, installed_tool, manage_command
 
 STARTUP_SECONDS = 30
@@ -326,3 +328,10 @@ def pushgateway() -> Iterator[str]:
     finally:
         process.terminate()
         process.wait(timeout=10)
+
+
+@pytest.fixture
+def freezing_proxy(django_db_setup) -> Iterator[FreezingProxy]:
+    """A proxy in front of the test database that forwards until the test freezes it (tests.freezing_proxy)."""
+    with running_freezing_proxy(database_url_of_tests()) as proxy:
+        yield proxy

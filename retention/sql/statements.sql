@@ -1,10 +1,17 @@
--- session: its timeouts
+-- session: its bounds
 SELECT set_config('statement_timeout', %(statement_timeout)s, false),
        set_config('lock_timeout', %(lock_timeout)s, false),
+       set_config('idle_session_timeout', %(idle_session_timeout)s, false),
+       set_config('idle_in_transaction_session_timeout', %(idle_in_transaction_session_timeout)s, false),
+       set_config('client_connection_check_interval', %(client_connection_check_interval)s, false),
+       set_config('tcp_keepalives_idle', %(tcp_keepalives_idle)s, false),
+       set_config('tcp_keepalives_interval', %(tcp_keepalives_interval)s, false),
+       set_config('tcp_keepalives_count', %(tcp_keepalives_count)s, false),
+       set_config('tcp_user_timeout', %(tcp_user_timeout)s, false),
        set_config('application_name', %(application_name)s, false);
 
--- session: its timeouts reset
-SELECT set_config(name, reset_val, false) FROM pg_settings WHERE name IN ('statement_timeout', 'lock_timeout');
+-- session: its bounds reset
+SELECT set_config(name, reset_val, false) FROM pg_settings WHERE name = ANY(%(names)s);
 
 -- pooler probe
 SELECT pg_backend_pid();

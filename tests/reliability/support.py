@@ -190,6 +190,17 @@ class CatalogState:
         }
 
 
+def finished(job: subprocess.Popen) -> tuple[dict, str]:
+    """The job's `--json` result and its stderr once it exits, within WAIT_SECONDS (killed after)."""
+    try:
+        stdout, stderr = job.communicate(timeout=WAIT_SECONDS)
+    finally:
+        if job.poll() is None:
+            job.kill()
+            job.communicate()
+    return json.loads(stdout), stderr
+
+
 def stopped_within_bound(job: subprocess.Popen) -> tuple[dict | None, str]:
     """SIGTERM the job and wait for its exit; fails naming how long it ran on when that took over STOP_SECONDS (the
     job is killed at twice the bound, so that a wait that never ends fails quickly too)."""

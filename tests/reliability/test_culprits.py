@@ -16,6 +16,8 @@ POISON = "OLD.title = 'poison'"
 # A trigger's message of about 4 KB, as a chatty constraint or audit trigger raises (165 KB of stdout before
 # culprit errors were cut).
 LONG_REFUSAL = "card is still referenced by the billing ledger: " + "invoice 2024-000123 line 7, " * 145
+# One that JSON makes longest: every character escaped (a quote, a backslash, a tab, a control, non-ASCII).
+ESCAPED_REFUSAL = "«ссылка» \"\\\t\x01 " * 300
 
 
 def overdue_objects(count: int, *, poison_every: int | None = None, poison_first: int = 0) -> None:
@@ -115,21 +117,22 @@ def test_a_trigger_refusing_every_delete_stops_the_run_after_two_batches_as_one_
 
 
 @pytest.mark.django_db(transaction=True)
-@pytest.mark.parametrize(("cards", "poison_every", "options"), [
-    (1_000, 20, ()),  # 50 scattered culprits, 20 of them listed
-    (1_000, 1, ("--batch-size", "100")),  # every delete refused: a systemic stop, its error naming the message too
-], ids=["fifty culprits", "every card refused"])
-def test_culprits_with_long_error_messages_keep_the_json_result_under_16_kib(cards, poison_every, options):
+@pytest.mark.parametrize(("cards", "poison_every", "options", "refusal"), [
+    (1_000, 20, (), LONG_REFUSAL),  # 50 scattered culprits, 20 of them listed
+    (1_000, 1, ("--batch-size", "100"), LONG_REFUSAL),  # every delete refused: a systemic stop, naming the message
+    (1_000, 20, (), ESCAPED_REFUSAL),
+], ids=["fifty culprits", "every card refused", "escapes in every character"])
+def test_culprits_with_long_error_messages_keep_the_json_result_under_16_kib(cards, poison_every, options, refusal):
     overdue_objects(cards, poison_every=poison_every)
 
-    with deletes_refused(when=POISON, error=LONG_REFUSAL):
+    with deletes_refused(when=POISON, error=refusal):
         completed = run_manage("purge_delisted", "--json", *options)
 
     result = json.loads(completed.stdout)
     assert completed.returncode == 1 and result["outcome"] == "failed"
     assert result["culprit_count"] >= 50 and len(result["culprits"]) == CULPRITS_LISTED
     # Shortened like a log line: the head of the message stays, which says what refused the card.
-    assert all(culprit["error"].startswith(LONG_REFUSAL[:60]) for culprit in result["culprits"])
+    assert all(culprit["error"].startswith(refusal[:60]) for culprit in result["culprits"])
     size = len(completed.stdout.encode())
     assert size < 16 * 1024, f"the --json result is {size} bytes"
 

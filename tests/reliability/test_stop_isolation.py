@@ -2,7 +2,8 @@
 the process, its exit, its `--json` result and the catalog. The isolation runs many short statements in one
 transaction, and its session sits idle between them, where a cancel request finds nothing to cancel (a SIGTERM
 there was once missed about once in six). Whatever the machinery, every trial must end `stopped` within
-STOP_SECONDS of the signal, without going on to the end of the isolation, deleting nothing it should not.
+STOP_SECONDS of the signal, without going on to the end of the isolation, deleting nothing it should not; with exit 1
+(outcome `failed`) when it had found a culprit before the signal.
 
 The trials share one catalog, restored between them: CLEAN overdue cards (the first batch, deleted whole), then a
 batch of BATCH_SIZE overdue cards of which every second is refused by a trigger after REFUSAL_SLEEP, so that its
@@ -172,7 +173,9 @@ def run_trial(trial: Trial, observer: psycopg.Connection, overdue: set, poison: 
         # Here an isolation lasts seconds, in production minutes (204 s once, before the fix): a run that went on to
         # the end of it missed the signal, even when that took less than STOP_SECONDS.
         problems.append("went on to the end of the isolation (every culprit found)")
-    if (result["stop_reason"], result["outcome"]) != ("stopped", "stopped"):
+    # Culprits found before the signal fail the run (exit 1): cron must hear of them, stopped or not.
+    expected = ("stopped", "failed", 1) if result["culprit_count"] else ("stopped", "stopped", 0)
+    if (result["stop_reason"], result["outcome"], job.returncode) != expected:
         problems.append(f"ended {result['stop_reason']}/{result['outcome']} (exit {job.returncode}): {result['error']}")
     problems += inconsistencies(before, CatalogState.read(), result, overdue, poison)
     return f"{trial.describe()}: {'; '.join(problems)}" if problems else None

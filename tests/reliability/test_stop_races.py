@@ -10,7 +10,7 @@ from django.db import connection
 
 from catalog.models import PropertyObjectCard
 from retention.results import StopReason
-from retention.session import StopRequest, StopRun
+from retention.stopping import StopRequest, StopRun
 from tests.factories import PropertyObjectCardFactory
 from tests.support import job_session, purge
 

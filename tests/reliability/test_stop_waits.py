@@ -137,4 +137,5 @@ def test_the_deadline_ends_a_count_waiting_for_a_migration_lock_as_a_run_stopped
     assert job.returncode == 0, job.stderr
     result = json.loads(job.stdout)
     assert (result["stop_reason"], result["batches_processed"]) == ("max_duration", 0)
+    assert (result["has_more"], result["outcome"]) == (None, "has_more")  # unknown is never "nothing left"
     assert took < 2 + STOP_SECONDS, took

@@ -3,7 +3,6 @@ and SIGTERM like every statement: statement_timeout does not bound that wait, so
 then keeps the transaction committed locally and says so in a WARNING; the run counts the batch, says in one line
 that the standby did not confirm it, and ends. A real primary with a real standby that is stopped."""
 
-import json
 import subprocess
 from collections.abc import Iterator
 
@@ -11,7 +10,7 @@ import psycopg
 import pytest
 
 from retention.service import SYNC_WAIT_CANCELLED_MESSAGE
-from tests.reliability.support import WAIT_SECONDS, insert_overdue_objects, stopped_within_bound, wait_for
+from tests.reliability.support import finished, insert_overdue_objects, stopped_within_bound, wait_for
 from tests.servers import Replica, migrate, streaming_replica
 from tests.support import PROJECT_ROOT, manage_command
 
@@ -46,16 +45,6 @@ def waiting_for_the_standby(replica: Replica) -> bool:
             "SELECT count(*) FROM pg_stat_activity"
             " WHERE application_name LIKE 'purge_delisted %' AND wait_event = 'SyncRep'"
         ).fetchone()[0] > 0
-
-
-def finished(job: subprocess.Popen) -> tuple[dict, str]:
-    try:
-        stdout, stderr = job.communicate(timeout=WAIT_SECONDS)
-    finally:
-        if job.poll() is None:
-            job.kill()
-            job.communicate()
-    return json.loads(stdout), stderr
 
 
 def committed_locally(replica: Replica) -> int:

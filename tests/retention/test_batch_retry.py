@@ -10,7 +10,7 @@ import pytest
 from catalog.models import CardStatus, PropertyObjectCard, PropertyObjectDisplayOverride
 from retention.results import Outcome, PurgeFailed, StopReason
 from retention.service import BATCH_ATTEMPTS
-from retention.session import StopRequest
+from retention.stopping import StopRequest
 from tests.factories import ProjectCardFactory, PropertyObjectCardFactory, PropertyObjectDisplayOverrideFactory
 from tests.support import deletes_refused, first_delete_fails, purge
 
@@ -41,8 +41,8 @@ def test_a_transient_error_on_the_first_attempt_is_retried_and_the_batch_deletes
     with first_delete_fails(sqlstate):
         result = purge(batch_size=10)
 
-    assert (result.outcome, result.batches_processed, result.deleted_property_object_cards) == (
-        Outcome.COMPLETED, 1, 5,
+    assert (result.outcome, result.batches_processed, result.batch_retries, result.deleted_property_object_cards) == (
+        Outcome.COMPLETED, 1, 1, 5,
     )
     assert result.deleted_property_object_overrides == 5
     assert not PropertyObjectCard.objects.exists() and not PropertyObjectDisplayOverride.objects.exists()
@@ -62,6 +62,7 @@ def test_a_transient_error_that_persists_fails_the_run_after_three_attempts_dele
     assert (result.stop_reason, result.batches_processed, result.deleted_property_object_cards) == (
         StopReason.FAILED, 0, 0,
     )
+    assert result.batch_retries == BATCH_ATTEMPTS - 1
     assert "deletes refused by the test" in result.error
     assert [record.attempt for record in records(caplog, RETRIED)] == list(range(1, BATCH_ATTEMPTS))
     [failed] = records(caplog, "batch failed")

@@ -42,7 +42,7 @@ from retention.metrics import (
 from config.logging import RunLog
 from retention.results import Outcome, PurgeFailed, PurgeResult, StopReason
 from retention.service import LOCK_NAME
-from retention.session import StopRequest
+from retention.stopping import StopRequest
 from tests.support import database_url_of_tests, deletes_refused, purge, run_manage
 from tests.factories import (
     BuildingDisplayOverrideFactory,

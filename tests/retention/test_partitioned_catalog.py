@@ -266,6 +266,7 @@ def test_cards_list_partitioned_by_status_under_live_restores_the_run_completes_
         assert orphans_and_dangling() == (0, 0, 0)
         # Whether a batch met a row in flight this time is the traffic's timing: when one did, it was retried.
         assert all(record.sqlstate == "40001" for record in retries), retries
+        assert result.batch_retries == len(retries)
 
 
 def job_waits_for_a_lock(observer: psycopg.Connection) -> bool:

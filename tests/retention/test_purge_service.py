@@ -22,7 +22,7 @@ from config.logging import TextFormatter
 from retention.limits import PurgeLimitsError
 from retention.results import PurgeFailed, StopReason
 from retention.service import purge_delisted_cards
-from retention.session import StopRequest
+from retention.stopping import StopRequest
 from tests.support import database_url_of_tests, deletes_refused, held_in_another_transaction, purge
 from tests.factories import (
     BuildingDisplayOverrideFactory,

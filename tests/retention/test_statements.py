@@ -6,15 +6,15 @@ import os
 import textwrap
 from pathlib import Path
 
-from retention import backlog, locks, pacing, phases, session
+from retention import backlog, bounds, locks, pacing, phases
 
 PINNED = Path(backlog.__file__).parent / "sql" / "statements.sql"
 
 
 def statements() -> dict[str, str]:
     rendered = {
-        "session: its timeouts": session.SET_TIMEOUTS,
-        "session: its timeouts reset": session.RESET_TIMEOUTS,
+        "session: its bounds": bounds.SET_BOUNDS,
+        "session: its bounds reset": bounds.RESET_BOUNDS,
         "pooler probe": locks.BACKEND_PID,
         "advisory lock": locks.TAKE_LOCK,
         "advisory unlock": locks.UNLOCK,

@@ -30,7 +30,7 @@ from retention.last_run import last_run_report
 from retention.limits import LIMIT_OF_FIELD, LIMITS, Limit, PurgeLimits, PurgeLimitsError, number
 from retention.results import Outcome, PurgeFailed, PurgeResult, StopReason
 from retention.service import job_database, purge_delisted_cards
-from retention.session import StopRequest
+from retention.stopping import StopRequest
 from retention.spans import current_trace_id, failed, result_attributes, run_span
 
 logger = logging.getLogger("retention.command")
@@ -38,8 +38,9 @@ logger = logging.getLogger("retention.command")
 ERROR_PREFIX = "purge_delisted: error: "
 EXIT_CODES = """exit status:
   0  completed, stopped on a limit (has_more), stopped by SIGTERM/SIGINT, or skipped: another run holds the lock
-  1  the run failed: a database error, a card that cannot be deleted (culprit), the database unreachable,
-     the catalog schema missing, or a transaction-pooling connection pooler in front of the job's database
+  1  the run failed: a database error, a card that cannot be deleted (culprit; also when then stopped), the
+     database connection lost, the database unreachable, the catalog schema missing, or a connection pooler in
+     front of the job's database
   2  bad option or setting: nothing was read, locked or deleted"""
 # -v: 0 errors only, 1 the start and end of a run, 2 and 3 a line per batch.
 LOG_LEVEL_OF_VERBOSITY = {0: logging.ERROR, 2: logging.DEBUG, 3: logging.DEBUG}
@@ -243,8 +244,8 @@ def progress_bar(*, enabled: bool) -> Iterator[ProgressBar]:
 @contextmanager
 def stop_on_signals() -> Iterator[StopRequest]:
     """SIGTERM and SIGINT ask for a graceful stop: it cancels the statement in flight, whose batch rolls back whole,
-    and ends the run before the next batch; the trace flush at exit then gets what is left of the stop's bound.
-    Outside the main thread (tests) no handler can be installed."""
+    and ends the run before the next batch; the trace flush at exit then gets what is left of the run's exit bound
+    (retention.stopping.EXIT_BOUND). Outside the main thread (tests) no handler can be installed."""
     stop = StopRequest()
     in_main_thread = threading.current_thread() is threading.main_thread()
     signals = (signal.SIGTERM, signal.SIGINT) if in_main_thread else ()

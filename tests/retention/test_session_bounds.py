@@ -1,0 +1,55 @@
+"""The server keeps the run's bounds (retention.bounds): the job's session carries them from its first transaction,
+derived from the limits; near the run's end its statement_timeout shrinks to the time left plus the grace; after the
+run the session is back to its defaults, so that an in-process caller's connection keeps none of them."""
+
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+
+from retention.bounds import BOUNDS
+from retention.stopping import GRACE
+from tests.support import job_session
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def settings_of(cursor) -> dict[str, str]:
+    cursor.execute("SELECT name, setting FROM pg_settings WHERE name = ANY(%s)", [list(BOUNDS)])
+    return dict(cursor.fetchall())
+
+
+def test_the_session_carries_idle_and_dead_peer_bounds_above_the_longest_pause():
+    session = job_session(batch_pause=timedelta(seconds=2), batch_pause_factor=1.0,
+                          statement_timeout=timedelta(seconds=10), dead_peer_timeout=timedelta(seconds=30))
+    with session.running(), session.transaction() as cursor:
+        bounds = settings_of(cursor)
+
+    assert bounds["idle_session_timeout"] == str((2 + 10 + 30) * 1000)  # ms: the longest pause plus the dead peer
+    assert bounds["idle_in_transaction_session_timeout"] == "30000"
+    assert bounds["client_connection_check_interval"] == "1000"
+    assert bounds["tcp_user_timeout"] == "30000"
+
+
+def test_the_longest_pause_never_outlasts_the_run():
+    limits = job_session(batch_pause=timedelta(seconds=60), batch_pause_factor=100.0,
+                         statement_timeout=timedelta(days=20), max_duration=timedelta(seconds=600)).limits
+    assert limits.longest_pause == timedelta(seconds=600)
+
+
+def test_near_the_run_s_end_the_statement_timeout_is_the_time_left_plus_the_grace():
+    session = job_session(max_duration=timedelta(seconds=1))
+    with session.running(), session.transaction() as cursor:
+        statement_timeout = int(settings_of(cursor)["statement_timeout"])
+
+    assert 0 < statement_timeout <= (1 + GRACE) * 1000
+
+
+def test_after_the_run_the_connection_is_back_to_its_defaults():
+    with job_session().running() as session:
+        with session.transaction() as cursor:
+            assert settings_of(cursor)["idle_session_timeout"] != "0"
+
+    with connection.cursor() as cursor:
+        assert settings_of(cursor)["idle_session_timeout"] == "0"
+        assert settings_of(cursor)["statement_timeout"] == "0"
