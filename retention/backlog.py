@@ -74,9 +74,6 @@ class KindBacklog:
         """Delisted, not yet overdue."""
         return self.delisted - self.overdue
 
-    def plus_delisted(self, cards: int) -> "KindBacklog":
-        return replace(self, delisted=self.delisted + cards)
-
     def overdue_age(self, cutoff: datetime) -> timedelta:
         """How long the oldest overdue card has been past the cutoff; zero when none is overdue. The oldest
         Delisted card is overdue whenever any is, so no query beyond the backlog's own aggregate."""
@@ -125,7 +122,7 @@ def measure_backlog(
             until=[end for end in start.chunk_ends if end < cutoff] if start else [],
         )
         if start:
-            kinds[cards] = kinds[cards].plus_delisted(start.within_window)
+            kinds[cards] = replace(kinds[cards], delisted=kinds[cards].delisted + start.within_window)
     held_back = (
         count_in_chunks(session, held_back_statement(in_chunks=in_chunks), params, project_chunk).overdue
         if count_held_back else None

@@ -1,10 +1,7 @@
-"""Prometheus metrics of the retention job and of its backlog; docs/operations.md lists them and their sinks (the
-web app's live backlog gauges: catalog.metrics).
-
-A cron process lives seconds, so a run hands over gauges of itself, as Prometheus advises for batch jobs: no
-cumulative counters, so nothing is read back from a sink and no two runs race over a sum. Each group (the backlog, the
-last run, the last success, the last skip on a busy lock) is written whole to every sink the settings switch on. A
-metrics failure is a logged warning; it never fails the purge.
+"""Prometheus metrics of the retention job and of its backlog (the web app's live gauges: catalog.metrics). A run
+hands over gauges of itself, each group (the backlog, the last run, the last success, the last skip on a busy lock)
+written whole to every sink the settings switch on; a metrics failure is a logged warning, never a failed purge.
+docs/operations.md lists the metrics, their sinks, and why no counters.
 """
 
 import math
@@ -190,12 +187,9 @@ def configured_sinks() -> list[Textfile | Pushgateway]:
 
 
 class RunMetrics:
-    """The metrics of one run, handed to the sinks the settings switch on. The service measures the backlog itself
-    (once at the start, once at the end) and hands each count over: metrics never count on their own.
-
-    The service calls run_started once it holds the lock, then run_finished exactly once (a lock-busy skip and a
-    failed run included). Its warnings go to the run's log (`log`), with the run's run_id.
-    """
+    """The metrics of one run. The service hands over the backlog it counted (metrics never count on their own): it
+    calls run_started once it holds the lock, then run_finished exactly once (a lock-busy skip and a failed run
+    included). Warnings go to the run's log."""
 
     def __init__(self, *, log: RunLog, max_duration: timedelta):
         self.sinks = configured_sinks()
