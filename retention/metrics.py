@@ -4,7 +4,6 @@ written whole to every sink the settings switch on; a metrics failure is a logge
 docs/operations.md lists the metrics, their sinks, and why no counters.
 """
 
-import math
 import threading
 import time
 import urllib.request
@@ -199,24 +198,25 @@ class RunMetrics:
     def run_started(self, backlog: Backlog) -> None:
         self.export({"backlog": backlog_group(backlog)})
 
-    def run_finished(self, result: PurgeResult, backlog: Backlog | None = None, within: float = math.inf) -> None:
-        """`within`: the seconds left of the process's exit bound after the run's end, when less than the export's."""
+    def run_finished(
+        self, result: PurgeResult, backlog: Backlog | None = None, *, timeout: float = EXPORT_TIMEOUT_SECONDS,
+    ) -> None:
+        """`timeout`: the export's, cut to what is left of the process's exit bound (StopRequest.exit_wait)."""
         ended = time.time()
         if result.outcome == Outcome.LOCK_BUSY:
-            self.export({"lock_busy": [gauge(LAST_LOCK_BUSY, ended)]}, within)
+            self.export({"lock_busy": [gauge(LAST_LOCK_BUSY, ended)]}, timeout)
             return
         groups = {"last_run": last_run_group(result, max_duration=self.max_duration, ended=ended)}
         if backlog is not None:
             groups["backlog"] = backlog_group(backlog)
         if result.outcome in SUCCESSFUL_OUTCOMES:
             groups["last_success"] = [gauge(LAST_SUCCESS, ended)]
-        self.export(groups, within)
+        self.export(groups, timeout)
 
-    def export(self, groups: dict[str, list[Metric]], within: float = math.inf) -> None:
+    def export(self, groups: dict[str, list[Metric]], timeout: float = EXPORT_TIMEOUT_SECONDS) -> None:
         # Socket timeouts bound each read, not a whole request (a gateway that drips a byte a second never trips
         # them), so each sink is exported in a daemon thread joined by the one deadline; a thread left behind dies
         # with the process.
-        timeout = min(EXPORT_TIMEOUT_SECONDS, within)
         deadline = time.monotonic() + timeout
         for sink in self.sinks:
             left = deadline - time.monotonic()

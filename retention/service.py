@@ -23,7 +23,7 @@ from config.logging import first_line
 from retention.backlog import Backlog, compute_cutoff, measure_backlog
 from retention.limits import PurgeLimits
 from retention.locks import PooledSessionError, PoolSaturated, advisory_lock, prove_holder
-from retention.metrics import RunMetrics
+from retention.metrics import EXPORT_TIMEOUT_SECONDS, RunMetrics
 from retention.pacing import ReplicaLagHidden, wait_for_replicas
 from retention.phases import (
     BATCH_ROWS, CARD_PHASES, FOREIGN_PARTITION, PHASES, PROJECTS, PROPERTY_OBJECTS, SCAN_CHUNK, Phase,
@@ -117,7 +117,7 @@ def purge_delisted_cards(
                 result = run_result(session, run, StopReason.FAILED, error=describe_failure(error, session, run),
                                     dry_run=dry_run)
         if metrics:
-            metrics.run_finished(result, at_end, within=session.stop.exit_wait(math.inf))
+            metrics.run_finished(result, at_end, timeout=session.stop.exit_wait(EXPORT_TIMEOUT_SECONDS))
         root.set_attributes(result_attributes(result))
         if result.outcome is Outcome.FAILED:
             raise PurgeFailed(result)
@@ -290,8 +290,7 @@ def run_phases(session: JobSession, run: Run, on_batch: Callable[[int], None]) -
                 started = time.monotonic()
                 with traced("batch", {"retention.phase": phase.name}) as span:
                     outcome = traced_batch(session, run, phase, span, resume_after, only_ids)
-                # After a redone batch (culprits) the next resumes as it did: its culprits are skipped, the rest is
-                # gone.
+                # A redone batch (culprits) has no last key: the next resumes as it did, its culprits skipped.
                 if outcome.last_key:
                     resume_after, last_key = last_key, outcome.last_key
                 # The pause rests the database after work; an empty selection (a phase ran dry) did none.
