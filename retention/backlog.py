@@ -115,8 +115,8 @@ def measure_backlog(
     params = {"cutoff": cutoff, "count_within_window": within_window_from is None}
     entry_chunk, project_chunk = (COUNT_CHUNK, HELD_BACK_CHUNK) if in_chunks else (None, None)
     kinds = {}
-    for cards in ("property_object_cards", "project_cards"):
-        start = within_window_from and getattr(within_window_from, KINDS[cards])
+    for cards, kind in KINDS.items():
+        start = within_window_from and getattr(within_window_from, kind)
         kinds[cards] = count_in_chunks(
             session, delisted_statement(cards, in_chunks=in_chunks), params, entry_chunk,
             until=[end for end in start.chunk_ends if end < cutoff] if start else [],

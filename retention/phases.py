@@ -1,9 +1,7 @@
 """The four phases of a run, in the order it runs them, each with the SQL of its batches; and beside them the dry
 run's SQL, which counts what those statements would take (retention.preview). Every statement as it reaches the
-server: retention/sql/statements.sql; why each is shaped so: docs/how-it-works.md, "The batches".
-
-The rule that leaves no property object dangling, a project held back while a property-object card of its is left, is
-written once (HELD_BACK_BY) and formatted into every statement that applies it.
+server: retention/sql/statements.sql; why each is shaped so: docs/how-it-works.md, "The batches". The rule that leaves
+no property object dangling is written once (HELD_BACK_BY) and formatted into every statement that applies it.
 """
 
 import textwrap
