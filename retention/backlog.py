@@ -74,9 +74,6 @@ class KindBacklog:
         """Delisted, not yet overdue."""
         return self.delisted - self.overdue
 
-    def plus_delisted(self, cards: int) -> "KindBacklog":
-        return replace(self, delisted=self.delisted + cards)
-
     def overdue_age(self, cutoff: datetime) -> timedelta:
         """How long the oldest overdue card has been past the cutoff; zero when none is overdue. The oldest
         Delisted card is overdue whenever any is, so no query beyond the backlog's own aggregate."""
@@ -118,14 +115,14 @@ def measure_backlog(
     params = {"cutoff": cutoff, "count_within_window": within_window_from is None}
     entry_chunk, project_chunk = (COUNT_CHUNK, HELD_BACK_CHUNK) if in_chunks else (None, None)
     kinds = {}
-    for cards in ("property_object_cards", "project_cards"):
-        start = within_window_from and getattr(within_window_from, KINDS[cards])
+    for cards, kind in KINDS.items():
+        start = within_window_from and getattr(within_window_from, kind)
         kinds[cards] = count_in_chunks(
             session, delisted_statement(cards, in_chunks=in_chunks), params, entry_chunk,
             until=[end for end in start.chunk_ends if end < cutoff] if start else [],
         )
         if start:
-            kinds[cards] = kinds[cards].plus_delisted(start.within_window)
+            kinds[cards] = replace(kinds[cards], delisted=kinds[cards].delisted + start.within_window)
     held_back = (
         count_in_chunks(session, held_back_statement(in_chunks=in_chunks), params, project_chunk).overdue
         if count_held_back else None

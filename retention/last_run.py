@@ -1,7 +1,6 @@
-"""The last run as the metrics sink holds it, and the backlog it left: what the admin's Delisted retention page
-(catalog/admin/retention_page.py) and `purge_delisted --last-run` show, read by one code. The last run comes from the
-sink the job writes (retention.metrics), as Prometheus and the page see it, not from a table of the job's own: the
-job's role can write nothing but deletes.
+"""The last run and the backlog it left, as the admin's Delisted retention page and `purge_delisted --last-run` show
+them, read by one code. The last run comes from the metrics sink the job writes, not from a table of the job's own:
+the job's role can write nothing but deletes.
 """
 
 import math

@@ -1,10 +1,7 @@
-"""A PostgreSQL session advisory lock, so that one purge runs at a time across all hosts, and the proof that each
-batch runs on the session holding it. The key derives from the name by a fixed rule (docs/operations.md, "The
-advisory lock").
-
-A pooler between the job and PostgreSQL may share the lock's session or keep it after the job is killed, so the job
-refuses one before it locks anything (docs/poolers.md). Each batch statement returns the session it ran on, checked
-before its COMMIT (`prove_holder`): a connection other than the one that took it holds no lock.
+"""A PostgreSQL session advisory lock, so that one purge runs at a time across all hosts, and the proof before each
+batch's COMMIT that it ran on the session holding it (`prove_holder`). A pooler may share the lock's session or keep
+it after the job is killed, so the job refuses one before it locks anything (docs/poolers.md). The key:
+docs/operations.md, "The advisory lock".
 """
 
 import hashlib
@@ -33,7 +30,6 @@ POOL_SATURATED = (
     "the connection pooler in front of the job's database (alias {alias!r}) gave it no server session within the "
     "run's time: point DELISTED_RETENTION_DATABASE_URL at PostgreSQL directly (docs/poolers.md)"
 )
-# Mark the session with the run id, and try the lock.
 TAKE_LOCK = "SELECT pg_backend_pid(), set_config(%(marker_name)s, %(marker)s, false), pg_try_advisory_lock(%(key)s)"
 UNLOCK = "SELECT pg_advisory_unlock(%(key)s)"
 LOCK_GONE = "advisory lock not released: its session is lost, and the server ends the lock with it"

@@ -1,13 +1,9 @@
-"""Prometheus metrics of the retention job and of its backlog; docs/operations.md lists them and their sinks (the
-web app's live backlog gauges: catalog.metrics).
-
-A cron process lives seconds, so a run hands over gauges of itself, as Prometheus advises for batch jobs: no
-cumulative counters, so nothing is read back from a sink and no two runs race over a sum. Each group (the backlog, the
-last run, the last success, the last skip on a busy lock) is written whole to every sink the settings switch on. A
-metrics failure is a logged warning; it never fails the purge.
+"""Prometheus metrics of the retention job and of its backlog (the web app's live gauges: catalog.metrics). A run
+hands over gauges of itself, each group (the backlog, the last run, the last success, the last skip on a busy lock)
+written whole to every sink the settings switch on; a metrics failure is a logged warning, never a failed purge.
+docs/operations.md lists the metrics, their sinks, and why no counters.
 """
 
-import math
 import threading
 import time
 import urllib.request
@@ -190,12 +186,9 @@ def configured_sinks() -> list[Textfile | Pushgateway]:
 
 
 class RunMetrics:
-    """The metrics of one run, handed to the sinks the settings switch on. The service measures the backlog itself
-    (once at the start, once at the end) and hands each count over: metrics never count on their own.
-
-    The service calls run_started once it holds the lock, then run_finished exactly once (a lock-busy skip and a
-    failed run included). Its warnings go to the run's log (`log`), with the run's run_id.
-    """
+    """The metrics of one run. The service hands over the backlog it counted (metrics never count on their own): it
+    calls run_started once it holds the lock, then run_finished exactly once (a lock-busy skip and a failed run
+    included). Warnings go to the run's log."""
 
     def __init__(self, *, log: RunLog, max_duration: timedelta):
         self.sinks = configured_sinks()
@@ -205,24 +198,25 @@ class RunMetrics:
     def run_started(self, backlog: Backlog) -> None:
         self.export({"backlog": backlog_group(backlog)})
 
-    def run_finished(self, result: PurgeResult, backlog: Backlog | None = None, within: float = math.inf) -> None:
-        """`within`: the seconds left of the process's exit bound after the run's end, when less than the export's."""
+    def run_finished(
+        self, result: PurgeResult, backlog: Backlog | None = None, *, timeout: float = EXPORT_TIMEOUT_SECONDS,
+    ) -> None:
+        """`timeout`: the export's, cut to what is left of the process's exit bound (StopRequest.exit_wait)."""
         ended = time.time()
         if result.outcome == Outcome.LOCK_BUSY:
-            self.export({"lock_busy": [gauge(LAST_LOCK_BUSY, ended)]}, within)
+            self.export({"lock_busy": [gauge(LAST_LOCK_BUSY, ended)]}, timeout)
             return
         groups = {"last_run": last_run_group(result, max_duration=self.max_duration, ended=ended)}
         if backlog is not None:
             groups["backlog"] = backlog_group(backlog)
         if result.outcome in SUCCESSFUL_OUTCOMES:
             groups["last_success"] = [gauge(LAST_SUCCESS, ended)]
-        self.export(groups, within)
+        self.export(groups, timeout)
 
-    def export(self, groups: dict[str, list[Metric]], within: float = math.inf) -> None:
+    def export(self, groups: dict[str, list[Metric]], timeout: float = EXPORT_TIMEOUT_SECONDS) -> None:
         # Socket timeouts bound each read, not a whole request (a gateway that drips a byte a second never trips
         # them), so each sink is exported in a daemon thread joined by the one deadline; a thread left behind dies
         # with the process.
-        timeout = min(EXPORT_TIMEOUT_SECONDS, within)
         deadline = time.monotonic() + timeout
         for sink in self.sinks:
             left = deadline - time.monotonic()

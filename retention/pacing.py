@@ -9,6 +9,7 @@ from datetime import timedelta
 
 from retention.session import JobSession, Session
 
+POLL_INTERVAL = timedelta(milliseconds=500)
 LAG_HIDDEN_MESSAGE = (
     "the database role cannot read the standbys' replication lag (pg_stat_replication shows it only to members "
     "of pg_read_all_stats): grant pg_read_all_stats to the role (deploy/sql/catalog_retention_role.sql)"
@@ -55,12 +56,9 @@ def replica_lag(session: Session) -> timedelta | None:
     return worst_lag
 
 
-def wait_for_replicas(
-    session: JobSession, *, max_lag: timedelta, max_wait: timedelta,
-    poll_interval: timedelta = timedelta(milliseconds=500),
-) -> ReplicaWait:
+def wait_for_replicas(session: JobSession, *, max_lag: timedelta, max_wait: timedelta) -> ReplicaWait:
     """Return at once when no standby lags more than `max_lag` (or there is none); otherwise poll the lag every
-    `poll_interval` until it is within `max_lag` (caught_up), or `max_wait` or the run's time has passed, or a stop
+    POLL_INTERVAL until it is within `max_lag` (caught_up), or `max_wait` or the run's time has passed, or a stop
     is requested."""
     started = time.monotonic()
     max_wait = min(max_wait, session.left())
@@ -69,5 +67,5 @@ def wait_for_replicas(
         waited = timedelta(seconds=time.monotonic() - started)
         if lag is None or lag <= max_lag:
             return ReplicaWait(waited=waited, caught_up=True, last_lag=lag)
-        if waited >= max_wait or not session.sleep(min(poll_interval, max_wait - waited).total_seconds()):
+        if waited >= max_wait or not session.sleep(min(POLL_INTERVAL, max_wait - waited).total_seconds()):
             return ReplicaWait(waited=timedelta(seconds=time.monotonic() - started), caught_up=False, last_lag=lag)

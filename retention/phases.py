@@ -1,9 +1,7 @@
 """The four phases of a run, in the order it runs them, each with the SQL of its batches; and beside them the dry
 run's SQL, which counts what those statements would take (retention.preview). Every statement as it reaches the
-server: retention/sql/statements.sql; why each is shaped so: docs/how-it-works.md, "The batches".
-
-The rule that leaves no property object dangling, a project held back while a property-object card of its is left, is
-written once (HELD_BACK_BY) and formatted into every statement that applies it.
+server: retention/sql/statements.sql; why each is shaped so: docs/how-it-works.md, "The batches". The rule that leaves
+no property object dangling is written once (HELD_BACK_BY) and formatted into every statement that applies it.
 """
 
 import textwrap
@@ -115,10 +113,8 @@ BATCH_ROWS = "SELECT unnest(%(ids)s::text[]), unnest(%(tables)s::oid[])::text, u
 
 def locked_by_batch(row: str, table: str, *, column: int) -> str:
     """The rows of catalog.`table` (aliased `row`) that the CTE `batch` locked, by row address, for a WHERE written
-    at `column`. A ctid is unique within one table only: on a table with partitions (or inheritance children,
-    pg_class.relhassubclass), each of them a table of its own, the pair (tableoid, ctid) names the row. The ctid list
-    alone gives the TID scan; the pair is checked, against a hash of the batch, only where the table has
-    partitions, so that a plain table's batch pays nothing for it."""
+    at `column`: the ctids give the TID scan, the pair (tableoid, ctid) is checked only where the table has
+    partitions (docs/how-it-works.md, "A partitioned catalog")."""
     return indented(f"""{row}.ctid = ANY(ARRAY(SELECT ctid FROM batch))
   AND (NOT (SELECT relhassubclass FROM pg_class WHERE oid = 'catalog.{table}'::regclass)
        OR ({row}.tableoid, {row}.ctid) IN (SELECT tableoid, ctid FROM batch))""", column)
@@ -267,8 +263,7 @@ CARD_PHASES = (PROPERTY_OBJECTS, PROJECTS)
 
 
 # The layout a run refuses (docs/how-it-works.md, "A partitioned catalog"): a foreign table among the partitions (or
-# inheritance children, at any depth) of a table the job deletes from. postgres_fdw locks a remote row FOR UPDATE
-# without SKIP LOCKED, on a remote session that the run's lock_timeout does not bound.
+# inheritance children, at any depth) of a table the job deletes from.
 FOREIGN_PARTITION = """
 WITH RECURSIVE tree AS (
     SELECT oid AS root, oid AS relid FROM pg_class

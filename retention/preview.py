@@ -26,8 +26,7 @@ def objects_taken(cursor, *, cutoff: datetime, objects: int | None) -> dict:
 
 def held_back_after(session: Session, *, cutoff: datetime, objects: int | None = None) -> int:
     """The overdue projects still holding a property-object card once the `objects` oldest overdue property objects
-    are gone (None: every overdue one). One aggregate over the overdue projects (the partial index), each probing its
-    objects by project_id."""
+    are gone (None: every overdue one): one aggregate over the overdue projects, probing their objects by index."""
     with session.transaction() as cursor:
         return count_held_back(cursor, objects_taken(cursor, cutoff=cutoff, objects=objects))
 

@@ -1,12 +1,7 @@
 """DelistedRetentionJob: physically delete catalog cards Delisted for longer than the retention, in batches, on one
-database session (retention.session) under the advisory lock (retention.locks): orphan overrides first, then
-property objects, then projects (retention.phases). Deletion is irreversible: only rows matching `status =
-'Delisted' AND updated_at < cutoff` are taken, the cutoff computed once from the database clock, and the DELETE
-repeats that predicate. A batch refused for a data reason is redone in halves under savepoints until its culprit
-cards are isolated and skipped; the run then counts as failed. The rules: docs/contract.md; why they are built so:
-docs/how-it-works.md.
-
-Read top-down: the entry point, the run's state (Run), the run under its lock, the batch loop.
+session under the advisory lock, phase by phase (retention.phases). Deletion is irreversible: only rows matching
+`status = 'Delisted' AND updated_at < cutoff` are taken, the cutoff computed once from the database clock, and the
+DELETE repeats that predicate. The rules: docs/contract.md; how and why: docs/how-it-works.md.
 """
 
 from __future__ import annotations
@@ -28,7 +23,7 @@ from config.logging import first_line
 from retention.backlog import Backlog, compute_cutoff, measure_backlog
 from retention.limits import PurgeLimits
 from retention.locks import PooledSessionError, PoolSaturated, advisory_lock, prove_holder
-from retention.metrics import RunMetrics
+from retention.metrics import EXPORT_TIMEOUT_SECONDS, RunMetrics
 from retention.pacing import ReplicaLagHidden, wait_for_replicas
 from retention.phases import (
     BATCH_ROWS, CARD_PHASES, FOREIGN_PARTITION, PHASES, PROJECTS, PROPERTY_OBJECTS, SCAN_CHUNK, Phase,
@@ -75,10 +70,10 @@ UNKNOWN_COMMIT = (
 )
 # A culprit's error and the run's error in the result, as JSON: with 20 culprits stdout stays under 16 KiB.
 CULPRIT_ERROR_BYTES, ERROR_JSON_BYTES = 500, 2000
-# What ends a run as failed with a one-line error; StopRun ends it with a reason.
-INFRASTRUCTURE_ERRORS = (
-    DatabaseError, psycopg.Error, PooledSessionError, PoolSaturated, ReplicaLagHidden, UnsupportedLayout,
-)
+# What ends a run as failed with a one-line error (the job's own refusals say it in their message); StopRun ends it
+# with a reason.
+REFUSALS = (PooledSessionError, PoolSaturated, ReplicaLagHidden, UnsupportedLayout)
+INFRASTRUCTURE_ERRORS = (DatabaseError, psycopg.Error, *REFUSALS)
 
 
 def purge_delisted_cards(
@@ -93,14 +88,12 @@ def purge_delisted_cards(
     run_id: uuid.UUID | None = None,
 ) -> PurgeResult:
     """Run the job once on database `using` (default: DELISTED_RETENTION_LOCK_DATABASE): take the advisory lock (a
-    busy lock is a normal skip), purge orphan overrides, property objects, then projects.
+    busy lock is a normal skip), purge the phases. Raises PurgeFailed when the run failed, with what it did before.
 
-    `limits` default to the settings: `purge_delisted_cards()` runs tonight's job. `now` replaces the database
-    clock in tests only. `stop` ends the run gracefully (the command wires it to SIGTERM/SIGINT); `on_start` gets
-    the backlog counted at the start, `on_batch` how many cards each batch deleted (progress). A dry run takes no
-    lock and no row locks: it counts what this run would delete. A real run hands its metrics to the sinks the
-    settings switch on. `run_id` is the command's, which opened the run's span first. Raises PurgeFailed when the
-    run failed, with what it did before."""
+    `limits` default to the settings. `now` replaces the database clock in tests only. `stop` ends the run gracefully
+    (the command wires it to SIGTERM/SIGINT); `on_start` gets the start count, `on_batch` each batch's deleted cards.
+    A dry run takes no lock: it counts what this run would delete. `run_id` is the command's, which opened the run's
+    span first."""
     session = JobSession(using=job_database(using), limits=limits or PurgeLimits.from_settings(),
                          stop=stop or StopRequest(), run_id=run_id or uuid.uuid4())
     run = Run()
@@ -124,7 +117,7 @@ def purge_delisted_cards(
                 result = run_result(session, run, StopReason.FAILED, error=describe_failure(error, session, run),
                                     dry_run=dry_run)
         if metrics:
-            metrics.run_finished(result, at_end, within=session.stop.exit_wait(math.inf))
+            metrics.run_finished(result, at_end, timeout=session.stop.exit_wait(EXPORT_TIMEOUT_SECONDS))
         root.set_attributes(result_attributes(result))
         if result.outcome is Outcome.FAILED:
             raise PurgeFailed(result)
@@ -181,13 +174,6 @@ def run_result(session: JobSession, run: Run, stop_reason: StopReason, *, has_mo
     )
 
 
-def stop_if_due(session: JobSession, run: Run) -> None:
-    """Before a batch: StopRun when the run must not start it."""
-    session.check()
-    if run.batches >= session.limits.max_batches:
-        raise StopRun(StopReason.MAX_BATCHES)
-
-
 def refuse_unsupported_layout(session: JobSession) -> None:
     """UnsupportedLayout when a table the job deletes from has a foreign table among its partitions (phases,
     FOREIGN_PARTITION). Any other partitioning the job runs on (docs/how-it-works.md, "A partitioned catalog")."""
@@ -200,7 +186,7 @@ def refuse_unsupported_layout(session: JobSession) -> None:
 
 
 def describe_failure(error: Exception, session: JobSession, run: Run) -> str:
-    if isinstance(error, (PooledSessionError, PoolSaturated, ReplicaLagHidden, UnsupportedLayout)):
+    if isinstance(error, REFUSALS):
         return str(error)
     if session.lost:
         # The server's bound on a dead network (docs/how-it-works.md, "The server keeps the run's bounds").
@@ -294,7 +280,9 @@ def run_phases(session: JobSession, run: Run, on_batch: Callable[[int], None]) -
                                 limits.longest_pause.total_seconds())
                     with traced("pause", {"retention.pause_seconds": pause}) if pause else nullcontext():
                         session.sleep(pause)
-                stop_if_due(session, run)
+                session.check()
+                if run.batches >= session.limits.max_batches:
+                    raise StopRun(StopReason.MAX_BATCHES)
                 wait_for_replicas_if_asked(session, run)
                 only_ids = scan.next_candidates(session, run) if scan else None
                 if only_ids == []:
@@ -302,8 +290,7 @@ def run_phases(session: JobSession, run: Run, on_batch: Callable[[int], None]) -
                 started = time.monotonic()
                 with traced("batch", {"retention.phase": phase.name}) as span:
                     outcome = traced_batch(session, run, phase, span, resume_after, only_ids)
-                # After a redone batch (culprits) the next resumes as it did: its culprits are skipped, the rest is
-                # gone.
+                # A redone batch (culprits) has no last key: the next resumes as it did, its culprits skipped.
                 if outcome.last_key:
                     resume_after, last_key = last_key, outcome.last_key
                 # The pause rests the database after work; an empty selection (a phase ran dry) did none.
@@ -374,20 +361,19 @@ class CandidateScan:
 def wait_for_replicas_if_asked(session: JobSession, run: Run) -> None:
     """With max_replica_lag set, let the standbys catch up before a batch (retention.pacing); StopRun when they stay
     behind for longer than replica_lag_wait."""
-    if not session.limits.max_replica_lag:
+    max_lag = session.limits.max_replica_lag
+    if not max_lag:
         return
-    lag_limit = {"retention.limit.max_replica_lag": session.limits.max_replica_lag.total_seconds()}
-    with traced("replica_lag_wait", lag_limit):
-        wait = wait_for_replicas(
-            session, max_lag=session.limits.max_replica_lag, max_wait=session.limits.replica_lag_wait,
-        )
-    run.replica_lag_wait += wait.waited.total_seconds()
-    if wait.waited.total_seconds() > 0.01:
+    with traced("replica_lag_wait", {"retention.limit.max_replica_lag": max_lag.total_seconds()}):
+        wait = wait_for_replicas(session, max_lag=max_lag, max_wait=session.limits.replica_lag_wait)
+    waited = wait.waited.total_seconds()
+    run.replica_lag_wait += waited
+    if waited > 0.01:
         session.log.info(
             "waited for the standbys" if wait.caught_up else "the standbys stayed behind",
-            extra={"waited_seconds": round(wait.waited.total_seconds(), 3),
+            extra={"waited_seconds": round(waited, 3),
                    "replica_lag_seconds": wait.last_lag and round(wait.last_lag.total_seconds(), 3),
-                   "max_replica_lag_seconds": session.limits.max_replica_lag.total_seconds()},
+                   "max_replica_lag_seconds": max_lag.total_seconds()},
         )
     session.check()  # a stop, or the run's time, ended the wait
     if not wait.caught_up:
@@ -497,9 +483,8 @@ def count_batch(session: JobSession, run: Run, phase: Phase, outcome: BatchOutco
 def isolate_culprits(session: JobSession, run: Run, phase: Phase, refusal: BatchRefused) -> BatchOutcome:
     """Redo a batch that failed for a data reason in one transaction, under the same lock, limits and session:
     lock its rows again (its transaction rolled back whole), log its ids, then delete them in halves, each under a
-    savepoint, halving every part that fails until each card that cannot be deleted alone is isolated. A culprit
-    costs about 2·log2(n) statements, a batch refused whole about 2n. The failed attempt and this transaction
-    together count as one batch."""
+    savepoint, halving every part that fails until each card that cannot be deleted alone is isolated. The failed
+    attempt and this transaction together count as one batch."""
     deleted_cards = deleted_overrides = 0
     with traced("isolate_culprits", {"retention.phase": phase.name}), session.transaction(writes=True) as cursor:
         cursor.execute(phase.lock_sql, refusal.params)
@@ -571,13 +556,13 @@ def log_batch_failure(
     session: JobSession, run: Run, phase: Phase, error: DatabaseError, ids: list[str]
 ) -> None:
     """One line for the failure, then the batch's ids as JSON arrays, chunked so that every line stays short."""
-    parts = max(1, math.ceil(len(ids) / IDS_PER_LOG_LINE))
+    parts = math.ceil(len(ids) / IDS_PER_LOG_LINE)
     session.log.error(
         "batch failed",
         extra={"phase": phase.name, "batch_index": run.batches, "batch_size": len(ids), "error": first_line(error),
-               "sqlstate": sqlstate(error), "batch_id_parts": parts if ids else 0},
+               "sqlstate": sqlstate(error), "batch_id_parts": parts},
     )
-    for part in range(parts if ids else 0):
+    for part in range(parts):
         session.log.error(
             "batch ids",
             extra={"phase": phase.name, "batch_index": run.batches, "part": part + 1, "parts": parts,

@@ -1,11 +1,7 @@
 """The job's database session: one object owning the alias, the timeouts, the run's deadline and its stop request.
-
-A `Session` reads on an alias (the admin page, the web metrics). A `JobSession` is a run's. The server keeps its
-bounds, which hold whatever the client or the network does: each transaction's statement_timeout ends by the run's
-end plus GRACE, idle timeouts end a session its client left, TCP keepalives on both ends find a dead peer. The client
-keeps only what the server cannot do: a stop flag, one cancel when the run must end, and, GRACE later, shutting its
-own socket. A connection lost or cut is never replaced: the server ends the orphan, the advisory lock with it.
-Figures and reasons: docs/how-it-works.md, "Stopping a run".
+A `Session` reads on an alias (the admin page, the web metrics); a `JobSession` is a run's, under the bounds the
+server keeps (retention.bounds). A connection lost or cut is never replaced: the server ends the orphan, the advisory
+lock with it. Why: docs/how-it-works.md, "The job's session" and "Stopping a run".
 """
 
 from __future__ import annotations

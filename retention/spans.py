@@ -1,8 +1,6 @@
-"""The run's trace, in the OpenTelemetry API only: config.tracing decides whether spans go anywhere (without OTEL_*
-variables they are the API's no-op). One root span per run, `purge_delisted` (run_span), carries what the design
-document's observability table asks of a trace: the run id as the correlation id, the tenant marked not applicable
-(the job is not per tenant), and here also the effective limits, the outcome and the counts. The service opens the
-child spans with `traced` (docs/tracing.md lists them); config.database adds each statement's.
+"""The run's trace, in the OpenTelemetry API only: config.tracing decides whether spans go anywhere. One root span per
+run, `purge_delisted` (run_span), carries the run id as the correlation id, the limits, the outcome and the counts;
+the service opens the child spans with `traced`, config.database adds each statement's (docs/tracing.md).
 """
 
 import dataclasses

@@ -1,8 +1,7 @@
-"""Stopping a run, on the client's side: the stop request (a flag and the run's deadline), with the one watcher
-thread that acts on the work in flight when the run must end, and the exception a stop raises. The server keeps the
-run's bounds (retention.bounds); the watcher does only what the server cannot: one cancel of the work begun before
-the run's end, and, GRACE later, shutting the socket of work that still has not ended, which the network or a
-pooler holds. What happens when, and why: docs/how-it-works.md, "Stopping a run".
+"""Stopping a run, on the client's side: the stop request, its one watcher thread, and the exception a stop raises.
+The server keeps the run's bounds (retention.bounds); the watcher does only what it cannot: one cancel of the work
+begun before the run's end and, GRACE later, shutting the socket of work that still has not ended. When and why:
+docs/how-it-works.md, "Stopping a run".
 """
 
 import logging
@@ -34,10 +33,8 @@ class StopRun(Exception):
 
 
 class StopRequest:
-    """A graceful stop, asked by SIGTERM/SIGINT (the command) or by a caller, the run's deadline (its session sets
-    it), and the run's one helper thread, which acts on the session's work in flight once the run must end. Safe in
-    a signal handler: `request` only sets a flag (Event.set() there can deadlock on the lock of the Event.wait() it
-    interrupted); the watcher wakes the run's sleeps."""
+    """A graceful stop, asked by SIGTERM/SIGINT (the command) or by a caller, and the run's deadline (its session
+    sets it). `request` only sets a flag, which is safe in a signal handler; the watcher wakes the run's sleeps."""
 
     def __init__(self):
         self._requested, self.requested_at, self.deadline = False, math.inf, math.inf
