@@ -20,6 +20,7 @@ import psycopg
 from django.db import connection
 
 from retention.locks import advisory_lock_key
+from retention.management.commands.purge_delisted import ERROR_PREFIX
 from retention.service import LOCK_NAME
 from tests.support import PROJECT_ROOT, advisory_lock_holders, manage_command, manage_env
 
@@ -30,6 +31,13 @@ STOP_SECONDS = 5  # every wait of the job ends at most this long after SIGTERM (
 HELD_TITLE = "hold this batch"
 
 T = TypeVar("T")
+
+
+def one_error_line(stderr: str) -> str:
+    """The message of the run's one error line: after the line's time, level and logger, before the run_id and
+    trace_id fields that every line of a run carries (text log format)."""
+    [line] = [line for line in stderr.splitlines() if ERROR_PREFIX in line]
+    return line.partition(ERROR_PREFIX)[2].partition(" run_id=")[0]
 
 
 def job_environment(**overrides: str) -> dict[str, str]:

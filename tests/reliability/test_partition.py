@@ -17,11 +17,10 @@ import pytest
 from django.utils import timezone
 
 from catalog.models import PropertyObjectCard
-from retention.management.commands.purge_delisted import ERROR_PREFIX
 from tests.factories import PropertyObjectCardFactory
 from tests.reliability.support import (
-    HELD_TITLE, WAIT_SECONDS, CatalogState, finished, held_batch, job_backend_pids, job_lock_holders, run_purge,
-    start_purge, stopped_within_bound, wait_for,
+    HELD_TITLE, WAIT_SECONDS, CatalogState, finished, held_batch, job_backend_pids, job_lock_holders, one_error_line,
+    run_purge, start_purge, stopped_within_bound, wait_for,
 )
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -45,11 +44,6 @@ def finished_after(job: subprocess.Popen, started: float) -> tuple[dict, str, fl
     result, stderr = finished(job)
     return result, stderr, time.monotonic() - started
 
-
-def one_error_line(stderr: str) -> str:
-    """The final error line's message, without the run_id and trace_id fields that follow it."""
-    [line] = [line for line in stderr.splitlines() if ERROR_PREFIX in line]
-    return line.partition(ERROR_PREFIX)[2].partition(" run_id=")[0]
 
 
 def assert_failed_on_the_lost_connection(job: subprocess.Popen, result: dict, stderr: str) -> None:

@@ -1,6 +1,7 @@
 """The job behind a real PgBouncer (tests/servers.py), in every pool mode: refused in one line naming the cause and
 the remedy (a direct DELISTED_RETENTION_DATABASE_URL), nothing deleted, no lock left behind."""
 
+import json
 import subprocess
 
 import pytest
@@ -8,7 +9,7 @@ import pytest
 from catalog.models import PropertyObjectCard
 from retention.locks import POOLED
 from tests.factories import PropertyObjectCardFactory
-from tests.reliability.support import WAIT_SECONDS, job_environment, job_lock_holders
+from tests.reliability.support import WAIT_SECONDS, job_environment, job_lock_holders, one_error_line
 from tests.support import PROJECT_ROOT, manage_command
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -28,8 +29,9 @@ def test_through_any_pool_the_job_refuses_deletes_nothing_and_leaves_no_lock(pgb
     stdout, stderr = job.communicate(timeout=WAIT_SECONDS)
 
     assert job.returncode == 1, stderr
-    [line] = stderr.strip().splitlines()
-    assert line.endswith(POOLED.format(alias="default"))
-    assert stdout == ""
+    assert len(stderr.strip().splitlines()) == 1, stderr
+    assert one_error_line(stderr) == POOLED.format(alias="default")
+    result = json.loads(stdout)  # --json answers on every exit: one object that says the run failed and why
+    assert (result["outcome"], result["error"]) == ("failed", POOLED.format(alias="default"))
     assert PropertyObjectCard.objects.count() == 3
     assert job_lock_holders() == []

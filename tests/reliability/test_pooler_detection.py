@@ -14,18 +14,13 @@ import pytest
 from catalog.models import PropertyObjectCard
 from retention.locks import POOL_SATURATED, POOLED
 from tests.factories import PropertyObjectCardFactory
-from tests.reliability.support import WAIT_SECONDS, job_lock_holders
+from tests.reliability.support import WAIT_SECONDS, job_lock_holders, one_error_line
 from tests.reliability.test_pgbouncer import purge_through
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 TRIALS = 20
 POOL_SIZE = 5
 
-
-def one_error_line(stderr: str) -> str:
-    """The message of the run's one error line (after the log line's time and logger)."""
-    [line] = [line for line in stderr.strip().splitlines() if " ERROR " in line or line.startswith("purge_delisted")]
-    return line.partition("purge_delisted: error: ")[2]
 
 
 @contextmanager
