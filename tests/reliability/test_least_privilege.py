@@ -26,6 +26,7 @@ from tests.factories import (
 )
 from tests.support import (
     PROJECT_ROOT,
+    SHARES_CLUSTER_ROLES,
     database_url_of_tests,
     held_in_another_transaction,
     installed_tool,
@@ -40,7 +41,7 @@ from tests.reliability.support import (
 )
 from tests.servers import POSTGRES_BINDIR, POSTGRES_MAJOR, migrate
 
-pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True), SHARES_CLUSTER_ROLES]
 
 ROLE = "catalog_retention"
 ROLE_SCRIPT = PROJECT_ROOT / "deploy" / "sql" / "catalog_retention_role.sql"
