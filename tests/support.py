@@ -21,10 +21,6 @@ from retention.session import JobSession, StopRequest
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
-# `make test` runs on two pytest-xdist workers, each with a test database of its own; a role belongs to the whole
-# server. Tests that create or grant roles carry this mark and run on one worker, one after another.
-SHARES_CLUSTER_ROLES = pytest.mark.xdist_group("cluster_roles")
-
 CATALOG_TABLES = (
     "catalog.project_cards, catalog.property_object_cards, catalog.property_object_display_overrides, "
     "catalog.building_display_overrides, catalog.ranking_rules"

@@ -20,7 +20,7 @@ from packaging.requirements import Requirement
 from psycopg import sql
 
 from tests.servers import POSTGRES_BINDIR, POSTGRES_MAJOR, migrate
-from tests.support import PROJECT_ROOT, SHARES_CLUSTER_ROLES, database_url_of_tests, installed_tool
+from tests.support import PROJECT_ROOT, database_url_of_tests, installed_tool
 
 PAGE = PROJECT_ROOT / "docs" / "production.md"
 ROLE_SCRIPT = PROJECT_ROOT / "deploy" / "sql" / "catalog_retention_role.sql"
@@ -115,7 +115,7 @@ def as_user(url: str, user: str) -> str:
     return urllib.parse.urlunsplit(parts._replace(netloc=f"{user}@{parts.netloc.rpartition('@')[2]}"))
 
 
-@SHARES_CLUSTER_ROLES
+@pytest.mark.usefixtures("roles_to_itself")
 def test_the_production_page_followed_on_a_throwaway_database(throwaway_catalog, tmp_path):
     psql = installed_tool("psql", f"postgresql-client-{POSTGRES_MAJOR}", path=POSTGRES_BINDIR)
     # Step 2, as the page says it.

@@ -26,7 +26,6 @@ from tests.factories import (
 )
 from tests.support import (
     PROJECT_ROOT,
-    SHARES_CLUSTER_ROLES,
     database_url_of_tests,
     held_in_another_transaction,
     installed_tool,
@@ -41,7 +40,7 @@ from tests.reliability.support import (
 )
 from tests.servers import POSTGRES_BINDIR, POSTGRES_MAJOR, migrate
 
-pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True), SHARES_CLUSTER_ROLES]
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("roles_to_itself")]
 
 ROLE = "catalog_retention"
 ROLE_SCRIPT = PROJECT_ROOT / "deploy" / "sql" / "catalog_retention_role.sql"

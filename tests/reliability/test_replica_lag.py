@@ -17,8 +17,7 @@ from tests.reliability.support import WAIT_SECONDS, insert_overdue_objects, stop
 from tests.servers import Replica, database_alias, migrate
 from tests.support import PROJECT_ROOT, manage_command
 
-# One worker of `make test` runs the module, so that its tests share one standby (the module-scoped `replica`).
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group(__name__)]
+pytestmark = pytest.mark.slow
 
 MAX_LAG_SECONDS = 1
 OVERDUE = 30

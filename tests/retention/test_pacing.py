@@ -14,8 +14,7 @@ from tests.reliability.support import wait_for
 from tests.support import job_session
 from tests.servers import Replica, database_alias
 
-# One worker of `make test` runs the module, so that its tests share one standby (the module-scoped `replica`).
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group(__name__)]
+pytestmark = pytest.mark.slow
 
 MAX_LAG = timedelta(milliseconds=300)
 BOUNDED_WAIT = timedelta(seconds=30)
