@@ -69,9 +69,13 @@ demo: $(VENV)/.installed
 demo-stop: $(VENV)/.installed
 	$(PY) scripts/database_url.py --stop
 
+# The suite on two processes (pytest-xdist), each with a test database of its own; docs/development.md says what keeps
+# a test safe there. PYTEST_WORKERS=0 runs it in one process.
+PYTEST_WORKERS ?= 2
+
 test: $(VENV)/.installed
 	scripts/install_test_tools.sh
-	DATABASE_URL="$(DB_URL)" $(PY) -m pytest $(PYTEST_ARGS)
+	DATABASE_URL="$(DB_URL)" $(PY) -m pytest -n $(PYTEST_WORKERS) $(PYTEST_ARGS)
 
 # A helper after `make demo`: on the demo catalog only (refused in one line on any other, and with
 # APP_ENV=production), a staff user with a new random password, printed once; then the app on $(ADMIN_ADDRESS)

@@ -1,7 +1,11 @@
+from collections.abc import Iterator
+
+import psycopg
 import pytest
 from django.db import connection
 
-from tests.support import CATALOG_TABLES, DEFAULT_LIMITS
+from retention.locks import advisory_lock_key
+from tests.support import CATALOG_TABLES, DEFAULT_LIMITS, database_url_of_tests
 
 # Fixtures that start real servers: PgBouncer, a streaming standby.
 pytest_plugins = ["tests.servers"]
@@ -22,6 +26,19 @@ def empty_catalog_after_transactional_tests(request, django_db_blocker):
     if marker and marker.kwargs.get("transaction"):
         with django_db_blocker.unblock(), connection.cursor() as cursor:
             cursor.execute(f"TRUNCATE {CATALOG_TABLES}")
+
+
+@pytest.fixture
+def roles_to_itself(django_db_setup) -> Iterator[None]:
+    """For a test that creates or grants roles: a role belongs to the whole server, which make test's two workers
+    (and any other run on the same server) share, each in a test database of its own. An advisory lock belongs to a
+    database: held in the server's `postgres` database, where every run's session meets, it lets one such test run
+    at a time."""
+    maintenance_database = database_url_of_tests().rsplit("/", 1)[0] + "/postgres"
+    with psycopg.connect(maintenance_database, autocommit=True) as session:
+        session.execute("SET lock_timeout = '5min'")
+        session.execute("SELECT pg_advisory_lock(%s)", [advisory_lock_key("tests:roles")])
+        yield
 
 
 @pytest.fixture

@@ -40,7 +40,7 @@ from tests.reliability.support import (
 )
 from tests.servers import POSTGRES_BINDIR, POSTGRES_MAJOR, migrate
 
-pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("roles_to_itself")]
 
 ROLE = "catalog_retention"
 ROLE_SCRIPT = PROJECT_ROOT / "deploy" / "sql" / "catalog_retention_role.sql"

@@ -65,6 +65,14 @@ def start_purge(replica: Replica, *options: str) -> subprocess.Popen:
     )
 
 
+def wait_until_it_holds_its_lock(replica: Replica) -> None:
+    """From when the job holds its lock it waits for the standby, which lags and that nothing resumes. Counting from
+    the job's launch instead, a slow start-up on a busy host ate into a test's 2 s, or a SIGTERM came before the job
+    could handle it."""
+    with psycopg.connect(replica.primary_url, autocommit=True) as primary:
+        wait_for(lambda: primary.execute(JOB_HOLDS_ITS_LOCK).fetchone()[0], what="the job to take its lock")
+
+
 def finished(job: subprocess.Popen) -> tuple[dict, str]:
     stdout, stderr = job.communicate(timeout=WAIT_SECONDS)
     assert job.returncode == 0, stderr
@@ -82,10 +90,7 @@ def test_a_lagging_standby_stops_the_run_with_replica_lag_once_the_wait_runs_out
 
 def test_the_run_continues_once_replay_resumes(overdue_catalog, lagging_standby):
     job = start_purge(lagging_standby, "--replica-lag-wait-seconds", "60", "--batch-size", "10")
-    # From when it holds its lock the job waits: the standby lags and nothing resumes it. Counting from the job's
-    # launch instead, a slow start-up on a busy host ate into the 2 s.
-    with psycopg.connect(lagging_standby.primary_url, autocommit=True) as primary:
-        wait_for(lambda: primary.execute(JOB_HOLDS_ITS_LOCK).fetchone()[0], what="the job to take its lock")
+    wait_until_it_holds_its_lock(lagging_standby)
     time.sleep(2)
     lagging_standby.resume_replay()
 
@@ -98,7 +103,7 @@ def test_the_run_continues_once_replay_resumes(overdue_catalog, lagging_standby)
 
 def test_sigterm_ends_the_wait_for_the_standbys(overdue_catalog, lagging_standby):
     job = start_purge(lagging_standby, "--replica-lag-wait-seconds", "600")
-    time.sleep(1.5)
+    wait_until_it_holds_its_lock(lagging_standby)
 
     result, _ = stopped_within_bound(job)
 

@@ -10,6 +10,9 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 import psutil
@@ -33,16 +36,20 @@ def run_script(checkout, *arguments: str, isolated: bool = False) -> subprocess.
 
 
 @pytest.fixture
-def checkout(tmp_path):
-    """A checkout holding only the script; whatever server the test leaves behind is killed afterwards."""
-    (tmp_path / "scripts").mkdir()
-    shutil.copy(PROJECT_ROOT / "scripts" / "database_url.py", tmp_path / "scripts")
-    yield tmp_path
-    pid_file = tmp_path / ".pgserver" / "postmaster.pid"
-    if pid_file.exists():
-        postmaster = int(pid_file.read_text().split()[0])
-        if psutil.pid_exists(postmaster):
-            os.kill(postmaster, signal.SIGQUIT)
+def checkout() -> Iterator[Path]:
+    """A checkout holding only the script; whatever server the test leaves behind is killed afterwards. Not in
+    tmp_path: as root the server runs as another user, who must enter the checkout's folders, and pytest closes its
+    own temporary root to everyone but its owner again whenever a session starts, another developer's run too."""
+    with tempfile.TemporaryDirectory(prefix="checkout-", ignore_cleanup_errors=True) as directory:
+        checkout = Path(directory)
+        (checkout / "scripts").mkdir()
+        shutil.copy(PROJECT_ROOT / "scripts" / "database_url.py", checkout / "scripts")
+        yield checkout
+        pid_file = checkout / ".pgserver" / "postmaster.pid"
+        if pid_file.exists():
+            postmaster = int(pid_file.read_text().split()[0])
+            if psutil.pid_exists(postmaster):
+                os.kill(postmaster, signal.SIGQUIT)
 
 
 def test_without_a_local_postgresql_the_embedded_one_runs_in_the_checkout_until_demo_stop(checkout):
