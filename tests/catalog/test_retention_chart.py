@@ -1,6 +1,7 @@
 """The backlog chart of the Delisted retention page: the cards becoming deletable on each of the next days, counted
 to the microsecond at the day and cutoff boundaries, and the picture drawn from exactly those numbers."""
 
+import re
 from datetime import date, datetime, timedelta, timezone
 
 import pytest
@@ -89,8 +90,11 @@ def test_the_count_reads_only_the_partial_indexes_of_delisted_cards():
         )
         plan = "\n".join(row[0] for row in cursor.fetchall())
 
-    assert "Index Only Scan using property_object_cards_delisted_updated_at_idx" in plan
-    assert "Index Only Scan using project_cards_delisted_updated_at_idx" in plan
+    # Through the partial indexes, never the tables' whole: whether the scan is index-only or visits the heap too is
+    # the planner's reading of the visibility map, which the other tests of the worker's database leave as they do.
+    assert "Seq Scan" not in plan, plan
+    assert re.search(r"Index (Only )?Scan using property_object_cards_delisted_updated_at_idx", plan), plan
+    assert re.search(r"Index (Only )?Scan using project_cards_delisted_updated_at_idx", plan), plan
 
 
 def backlog(objects_overdue: int, projects_overdue: int) -> Backlog:
