@@ -12,12 +12,15 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import psycopg
 import pytest
 from django.db import connection, connections, transaction
 
 from retention.limits import PurgeLimits
-from retention.service import purge_delisted_cards
-from retention.session import JobSession, StopRequest
+from retention.service import LOCK_NAME, purge_delisted_cards
+from retention.locks import advisory_lock_key
+from retention.session import JobSession
+from retention.stopping import StopRequest
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
@@ -73,6 +76,20 @@ def advisory_lock_holders(key: int) -> list[int]:
             {"classid": (key >> 32) & 0xFFFFFFFF, "objid": key & 0xFFFFFFFF},
         )
         return [pid for (pid,) in cursor.fetchall()]
+
+
+@contextmanager
+def job_lock_held_elsewhere(*, url: str | None = None) -> Iterator[psycopg.Connection]:
+    """The job's advisory lock held by another session, as another instance's run would: released before the
+    session closes, since a closed connection's backend lets its locks go only once it has exited, which a loaded
+    machine can make the next test's problem."""
+    key = advisory_lock_key(LOCK_NAME)
+    with psycopg.connect(url or database_url_of_tests(), autocommit=True) as other_instance:
+        other_instance.execute("SELECT pg_advisory_lock(%s)", [key])
+        try:
+            yield other_instance
+        finally:
+            other_instance.execute("SELECT pg_advisory_unlock(%s)", [key])
 
 
 def manage_command(*args: str) -> list[str]:

@@ -4,7 +4,6 @@ last run as the job's metrics sink holds it."""
 import re
 from datetime import timedelta
 
-import psycopg
 import pytest
 import yaml
 from django.db import connection
@@ -14,10 +13,8 @@ from django.utils import timezone
 
 from catalog.admin.retention_page import OVERDUE_AGE_GOAL
 from catalog.models import CardStatus
-from retention.locks import advisory_lock_key
 from retention.metrics import LAST_RUN, LAST_RUN_INFO, LAST_RUN_OUTCOME
-from retention.service import LOCK_NAME
-from tests.support import database_url_of_tests, purge
+from tests.support import job_lock_held_elsewhere, purge
 from tests.factories import (
     ProjectCardFactory,
     PropertyObjectCardFactory,
@@ -241,8 +238,7 @@ def test_a_skip_on_a_busy_lock_is_shown_after_the_last_run(plain_staff_client, s
     settings.DELISTED_RETENTION_METRICS_TEXTFILE = str(tmp_path / "catalog_delisted_retention.prom")
     catalog()
     purge()
-    with psycopg.connect(database_url_of_tests(), autocommit=True) as other_instance:
-        other_instance.execute("SELECT pg_advisory_lock(%s)", [advisory_lock_key(LOCK_NAME)])
+    with job_lock_held_elsewhere():
         purge()
 
     response = plain_staff_client.get(PAGE)

@@ -2,13 +2,10 @@
 
 import re
 
-import psycopg
 import pytest
 from django.db import connection
 
-from retention.locks import advisory_lock_key
-from retention.service import LOCK_NAME
-from tests.support import PROJECT_ROOT, database_url_of_tests
+from tests.support import PROJECT_ROOT, job_lock_held_elsewhere
 
 RUNBOOKS = PROJECT_ROOT / "docs" / "runbooks"
 
@@ -21,8 +18,7 @@ def sql_blocks(runbook: str) -> list[str]:
 
 def test_the_stuck_lock_query_finds_the_session_holding_the_job_lock():
     find_holder = sql_blocks("stuck-lock.md")[0]
-    with psycopg.connect(database_url_of_tests(), autocommit=True) as holder:
-        holder.execute("SELECT pg_advisory_lock(%s)", [advisory_lock_key(LOCK_NAME)])
+    with job_lock_held_elsewhere() as holder:
 
         with connection.cursor() as cursor:
             cursor.execute(find_holder)

@@ -7,12 +7,10 @@ import psycopg
 import pytest
 from django.db import connection
 
-from retention.locks import advisory_lock_key
-from retention.service import LOCK_NAME
 from tests.factories import PropertyObjectCardFactory
 from tests.reliability.support import run_purge
 from tests.servers import migrate
-from tests.support import database_url_of_tests
+from tests.support import database_url_of_tests, job_lock_held_elsewhere
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -43,8 +41,7 @@ def test_each_alias_runs_on_its_own_database_under_its_own_lock(second_region):
     PropertyObjectCardFactory.create_batch(2, long_delisted=True)
     environment = {"DELISTED_RETENTION_DATABASE_URL": second_region, "DELISTED_RETENTION_LOCK_DATABASE": "default"}
 
-    with psycopg.connect(database_url_of_tests(), autocommit=True) as nightly_run_of_region_1:
-        nightly_run_of_region_1.execute("SELECT pg_advisory_lock(%s)", [advisory_lock_key(LOCK_NAME)])
+    with job_lock_held_elsewhere():  # the nightly run of region 1
 
         region_2 = run_purge("--json", "--database", "retention", **environment)
         region_1 = run_purge("--json", **environment)

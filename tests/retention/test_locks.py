@@ -1,10 +1,9 @@
-import psycopg
 import pytest
 from django.db import connection
 
 from retention.locks import PooledSessionError, advisory_lock, advisory_lock_key, prove_holder
 from retention.service import LOCK_NAME
-from tests.support import advisory_lock_holders, database_url_of_tests, job_session
+from tests.support import advisory_lock_holders, job_lock_held_elsewhere, job_session
 
 pytestmark = pytest.mark.django_db
 
@@ -32,8 +31,7 @@ def test_lock_is_taken_and_released():
 
 
 def test_lock_held_by_another_session_is_not_acquired_and_not_released_by_us():
-    with psycopg.connect(database_url_of_tests(), autocommit=True) as other:
-        other.execute("SELECT pg_advisory_lock(%s)", [JOB_LOCK_KEY])
+    with job_lock_held_elsewhere():
         with advisory_lock(job_session(), LOCK_NAME) as acquired:
             assert not acquired
         assert lock_holders(JOB_LOCK_KEY) == 1

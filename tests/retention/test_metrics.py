@@ -11,7 +11,6 @@ from datetime import timedelta
 import urllib.request
 from io import StringIO
 
-import psycopg
 import pytest
 from django.conf import settings as django_settings
 from django.core.management import call_command
@@ -21,7 +20,6 @@ from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
 from catalog.models import CardStatus
-from retention.locks import advisory_lock_key
 from retention.metrics import (
     BACKLOG,
     LAST_LOCK_BUSY,
@@ -41,9 +39,8 @@ from retention.metrics import (
 )
 from config.logging import RunLog
 from retention.results import Outcome, PurgeFailed, PurgeResult, StopReason
-from retention.service import LOCK_NAME
 from retention.stopping import StopRequest
-from tests.support import database_url_of_tests, deletes_refused, purge, run_manage
+from tests.support import deletes_refused, job_lock_held_elsewhere, purge, run_manage
 from tests.factories import (
     BuildingDisplayOverrideFactory,
     ProjectCardFactory,
@@ -161,9 +158,7 @@ def test_a_run_skipped_on_a_busy_lock_leaves_the_last_run_in_place(settings, pus
     settings.PROMETHEUS_PUSHGATEWAY_URL = pushgateway
     purge()
     last_run = scraped(pushgateway).value(LAST_RUN)
-    with psycopg.connect(database_url_of_tests(), autocommit=True) as other_instance:
-        other_instance.execute("SELECT pg_advisory_lock(%s)", [advisory_lock_key(LOCK_NAME)])
-
+    with job_lock_held_elsewhere():
         purge()
 
     for written in (scraped(pushgateway), read_textfiles(textfile)):

@@ -7,15 +7,14 @@ import time
 from datetime import timedelta
 from io import StringIO
 
-import psycopg
 import pytest
 from django.core.management import CommandError, call_command
 from django.utils import timezone
 
 from catalog.models import CardStatus, PropertyObjectCard
-from retention.locks import advisory_lock_key
-from retention.service import LOCK_NAME
-from tests.support import PROJECT_ROOT, database_url_of_tests, deletes_refused, manage_command, manage_env, run_manage
+from tests.support import (
+    PROJECT_ROOT, deletes_refused, job_lock_held_elsewhere, manage_command, manage_env, run_manage,
+)
 from tests.factories import ProjectCardFactory, PropertyObjectCardFactory
 
 pytestmark = pytest.mark.django_db
@@ -112,9 +111,7 @@ def test_invalid_setting_is_exit_2_naming_it(settings):
 
 def test_second_run_while_the_lock_is_held_skips_with_exit_0(caplog):
     overdue_objects(2)
-    with psycopg.connect(database_url_of_tests(), autocommit=True) as other_instance:
-        other_instance.execute("SELECT pg_advisory_lock(%s)", [advisory_lock_key(LOCK_NAME)])
-
+    with job_lock_held_elsewhere():
         result = purge_json()
 
     assert result["stop_reason"] == "lock_busy" and result["deleted_property_object_cards"] == 0
