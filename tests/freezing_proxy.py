@@ -16,14 +16,15 @@ import urllib.parse
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from psycopg.conninfo import conninfo_to_dict
+
 
 class FreezingProxy:
     def __init__(self, database_url: str):
-        target = urllib.parse.urlsplit(database_url)
         self.database_url = database_url
-        host, port = target.hostname or "", target.port or 5432
-        host = urllib.parse.unquote(target.netloc.rpartition("@")[2].rsplit(":", 1)[0]) if not host else host
-        # The embedded server listens on a Unix socket only: its directory is the URL's percent-encoded host.
+        target = conninfo_to_dict(database_url)  # libpq's reading: a host in the netloc or in `?host=`
+        host, port = target.get("host") or "localhost", int(target.get("port") or 5432)
+        # The embedded server listens on a Unix socket only: its directory is the URL's host.
         self.upstream = (socket.AF_UNIX, f"{host}/.s.PGSQL.{port}") if host.startswith("/") else (
             socket.AF_INET, (host, port))
         self.listener = socket.create_server(("127.0.0.1", 0))

@@ -9,7 +9,6 @@ import re
 from pathlib import Path
 
 import pytest
-from django.db import connection
 from opentelemetry.semconv.attributes.db_attributes import (
     DB_COLLECTION_NAME, DB_NAMESPACE, DB_OPERATION_NAME, DB_QUERY_TEXT, DB_RESPONSE_STATUS_CODE, DB_SYSTEM_NAME,
 )
@@ -17,10 +16,11 @@ from opentelemetry.semconv.attributes.deployment_attributes import DEPLOYMENT_EN
 from opentelemetry.semconv.attributes.error_attributes import ERROR_TYPE
 from opentelemetry.semconv.attributes.server_attributes import SERVER_ADDRESS, SERVER_PORT
 from opentelemetry.semconv.attributes.service_attributes import SERVICE_NAME, SERVICE_VERSION
+from psycopg.conninfo import conninfo_to_dict
 
 from config.version import VERSION
 from tests.factories import PropertyObjectCardFactory
-from tests.support import PROJECT_ROOT, deletes_refused, first_delete_fails
+from tests.support import PROJECT_ROOT, database_url_of_tests, deletes_refused, first_delete_fails
 from tests.tracing.conftest import run_traced
 from tests.tracing.receiver import ReceivedSpan, span_tree
 
@@ -95,11 +95,11 @@ def test_a_run_is_one_trace_rooted_in_its_run_with_a_batch_span_per_batch_and_it
     # text with placeholders and never a parameter value: the run id is only ever a parameter (the session's
     # application_name), the cards' ids only values in the database.
     statements = [span for span in spans if span.kind == "client"]
-    database = connection.settings_dict
+    database = conninfo_to_dict(database_url_of_tests())  # as libpq reads it: a Unix socket's directory is its host
     for span in statements:
         attributes = span.attributes
-        assert attributes[DB_SYSTEM_NAME] == "postgresql" and attributes[DB_NAMESPACE] == database["NAME"]
-        assert attributes[SERVER_ADDRESS] == database["HOST"] and attributes[SERVER_PORT] == int(database["PORT"])
+        assert attributes[DB_SYSTEM_NAME] == "postgresql" and attributes[DB_NAMESPACE] == database["dbname"]
+        assert attributes[SERVER_ADDRESS] == database["host"] and attributes[SERVER_PORT] == int(database.get("port") or 5432)
         assert attributes[DB_QUERY_TEXT] == attributes[DB_QUERY_TEXT].strip()
         named = " ".join(filter(None, (attributes[DB_OPERATION_NAME], attributes.get(DB_COLLECTION_NAME))))
         assert span.name == named and "db.statement" not in attributes and "db.system" not in attributes
