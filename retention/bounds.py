@@ -37,6 +37,13 @@ def server_bounds(limits: PurgeLimits, statement_timeout: timedelta, application
     }
 
 
+def orphan_ended_within(limits: PurgeLimits) -> timedelta:
+    """How soon after the client's last word the server ends a session the network cut off, its locks with it: the
+    user timeout (dead_peer_timeout), one keepalive interval more, and the second of the connection check
+    (docs/how-it-works.md, "The server keeps the run's bounds")."""
+    return limits.dead_peer_timeout * 7 / 6 + timedelta(seconds=1)
+
+
 def client_options(limits: PurgeLimits) -> dict[str, int]:
     """libpq's options for the job's connection: the connect timeout and the keepalives."""
     idle, interval, count, user_timeout = keepalives(limits)

@@ -12,7 +12,7 @@ import uuid
 from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 
 import psycopg
 from django.conf import settings
@@ -21,6 +21,7 @@ from opentelemetry import trace
 
 from config.logging import first_line
 from retention.backlog import Backlog, compute_cutoff, measure_backlog
+from retention.bounds import orphan_ended_within
 from retention.limits import PurgeLimits
 from retention.locks import PooledSessionError, PoolSaturated, advisory_lock, prove_holder
 from retention.metrics import EXPORT_TIMEOUT_SECONDS, RunMetrics
@@ -170,7 +171,8 @@ def run_result(session: JobSession, run: Run, stop_reason: StopReason, *, has_mo
         culprit_count=culprits, uncertain_cards=run.unknown_commit["cards"] if run.unknown_commit else 0,
         replica_lag_wait_seconds=round(run.replica_lag_wait, 3), error=error and within_json(error, ERROR_JSON_BYTES),
         dry_run=dry_run, duration_seconds=round(time.monotonic() - session.started, 3), trace_id=current_trace_id(),
-        **{"batches_processed": run.batches, "batch_retries": run.batch_retries, **run.counts, **fields},  # a dry run's fields are its own
+        # A dry run's fields are its own.
+        **{"batches_processed": run.batches, "batch_retries": run.batch_retries, **run.counts, **fields},
     )
 
 
@@ -189,8 +191,7 @@ def describe_failure(error: Exception, session: JobSession, run: Run) -> str:
     if isinstance(error, REFUSALS):
         return str(error)
     if session.lost:
-        # The server's bound on a dead network (docs/how-it-works.md, "The server keeps the run's bounds").
-        free_by = datetime.now(timezone.utc) + session.limits.dead_peer_timeout * 7 / 6 + timedelta(seconds=1)
+        free_by = datetime.now(timezone.utc) + orphan_ended_within(session.limits)
         return CONNECTION_LOST.format(
             error=first_line(error), free_by=free_by.isoformat(timespec="seconds"),
             unknown_commit=UNKNOWN_COMMIT.format(**run.unknown_commit) if run.unknown_commit else "",
