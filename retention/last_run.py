@@ -119,16 +119,16 @@ class LastRunReading:
 
 def read_last_run() -> LastRunReading:
     sinks = metrics.configured_sinks()
-    problems = []
-    for sink in sinks:
+    names, problems = [str(sink) for sink in sinks], []
+    for sink, name in zip(sinks, names):
         try:
             reading = sink.read(timeout=SINK_READ_TIMEOUT_SECONDS)
         except Exception as error:  # a missing gateway, an unreadable file: the reader shows it and goes on
-            problems.append(f"{sink}: {error}")
+            problems.append(f"{name}: {error}")
             continue
-        if last_run := last_run_of(reading, str(sink)):
-            return LastRunReading(last_run, [str(sink) for sink in sinks], problems)
-    return LastRunReading(None, [str(sink) for sink in sinks], problems)
+        if last_run := last_run_of(reading, name):
+            return LastRunReading(last_run, names, problems)
+    return LastRunReading(None, names, problems)
 
 
 def nights_needed(backlog: Backlog, *, cards_per_night: int) -> int:

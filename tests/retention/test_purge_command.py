@@ -22,8 +22,9 @@ pytestmark = pytest.mark.django_db
 RESULT_FIELDS = {
     "run_id", "cutoff", "stop_reason", "has_more", "deleted_property_object_cards", "deleted_project_cards",
     "deleted_property_object_overrides", "deleted_building_overrides", "deleted_overrides", "batches_processed",
-    "batch_retries", "projects_held_back", "overdue_property_object_cards", "overdue_project_cards", "duration_seconds", "dry_run",
-    "outcome", "culprits", "culprit_count", "uncertain_cards", "error", "replica_lag_wait_seconds", "trace_id",
+    "batch_retries", "projects_held_back", "overdue_property_object_cards", "overdue_project_cards",
+    "duration_seconds", "dry_run", "outcome", "culprits", "culprit_count", "uncertain_cards", "error",
+    "replica_lag_wait_seconds", "trace_id",
 }
 
 
