@@ -6,57 +6,25 @@ indexes, in chunks in a run; how and why: docs/how-it-works.md, "The backlog cou
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
-from retention.phases import HELD_BACK
 from retention.session import Session
+from retention.statements import STATEMENTS
 
 # A run's count: statements of about COUNT_CHUNK index entries, or HELD_BACK_CHUNK overdue projects probed, each its
 # own transaction, so that none lasts long whatever the backlog.
 COUNT_CHUNK = 50_000
 HELD_BACK_CHUNK = 2_000
-CUTOFF = "SELECT coalesce(%(now)s, now()) - %(retention)s"
 KINDS = {"property_object_cards": "property_objects", "project_cards": "projects"}  # table: Backlog field
-# A count's statement: its entries (`entries`, after `after` up to `until`), the second count among them (overdue or
-# held back), the first and the last moment. With `A_CHUNK`, the first `chunk` entries and every card sharing the
-# moment of the last one (a cascade's cards never straddle two chunks).
-ENTRIES_OF = """
-SELECT count(*), count(*) FILTER (WHERE {second}), min(updated_at), max(updated_at)
-  FROM (SELECT id, updated_at FROM catalog.{cards}
-         WHERE {entries} AND updated_at > %(after)s AND updated_at <= %(until)s{chunk}) AS card
-"""
-A_CHUNK = """
-         ORDER BY updated_at
-         FETCH FIRST %(chunk)s ROWS WITH TIES"""
-DELISTED_ENTRIES = "status = 'Delisted' AND (%(count_within_window)s OR updated_at < %(cutoff)s)"
-# A kind's Delisted cards in one statement (the admin page, /metrics): a bare count(*) on each side of the cutoff and
-# the two ends read off the index, rather than ENTRIES_OF's FILTER, min and max evaluated on every entry, which took
-# half as long again (docs/benchmark-findings.md, "The admin page at 1M cards, again").
-DELISTED_WHOLE = """
-SELECT overdue.entries + within_window.entries, overdue.entries, ends.first, ends.last
-  FROM (SELECT count(*) AS entries FROM catalog.{cards}
-         WHERE status = 'Delisted' AND updated_at < %(cutoff)s
-           AND updated_at > %(after)s AND updated_at <= %(until)s) AS overdue,
-       (SELECT count(*) AS entries FROM catalog.{cards}
-         WHERE status = 'Delisted' AND %(count_within_window)s AND updated_at >= %(cutoff)s
-           AND updated_at > %(after)s AND updated_at <= %(until)s) AS within_window,
-       (SELECT min(updated_at) AS first, max(updated_at) AS last FROM catalog.{cards}
-         WHERE {entries} AND updated_at > %(after)s AND updated_at <= %(until)s) AS ends
-"""
 
 
 def delisted_statement(cards: str, *, in_chunks: bool) -> str:
     """A kind's Delisted cards and the overdue among them; with count_within_window false the scan stops at the
     cutoff, and the entries are the overdue cards alone. The first entry is the oldest Delisted card either way."""
-    if not in_chunks:
-        return DELISTED_WHOLE.format(cards=cards, entries=DELISTED_ENTRIES)
-    return ENTRIES_OF.format(cards=cards, entries=DELISTED_ENTRIES, second="updated_at < %(cutoff)s", chunk=A_CHUNK)
+    return STATEMENTS[f"backlog: {cards}, {'in chunks' if in_chunks else 'whole'}"]
 
 
 def held_back_statement(*, in_chunks: bool) -> str:
     """The overdue projects and those held back by a remaining property-object card."""
-    return ENTRIES_OF.format(
-        cards="project_cards", entries="status = 'Delisted' AND updated_at < %(cutoff)s", second=HELD_BACK,
-        chunk=A_CHUNK if in_chunks else "",
-    )
+    return STATEMENTS[f"backlog: held back, {'in chunks' if in_chunks else 'whole'}"]
 
 
 @dataclass(frozen=True)
@@ -96,7 +64,7 @@ class Backlog:
 def compute_cutoff(session: Session, retention: timedelta, now: datetime | None = None) -> datetime:
     """`now() - retention` on the database clock (`now` replaces that clock in tests only)."""
     with session.transaction() as cursor:
-        cursor.execute(CUTOFF, {"now": now, "retention": retention})
+        cursor.execute(STATEMENTS["cutoff"], {"now": now, "retention": retention})
         return cursor.fetchone()[0]
 
 

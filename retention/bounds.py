@@ -12,9 +12,6 @@ CONNECT_TIMEOUT = 3  # seconds: a connect ends within 5 s of SIGTERM, with no in
 BOUNDS = ("statement_timeout", "lock_timeout", "idle_session_timeout", "idle_in_transaction_session_timeout",
           "client_connection_check_interval", "tcp_keepalives_idle", "tcp_keepalives_interval",
           "tcp_keepalives_count", "tcp_user_timeout")
-SET_BOUNDS = "SELECT " + ",\n       ".join(f"set_config('{name}', %({name})s, false)"
-                                          for name in (*BOUNDS, "application_name"))
-RESET_BOUNDS = "SELECT set_config(name, reset_val, false) FROM pg_settings WHERE name = ANY(%(names)s)"
 
 
 def keepalives(limits: PurgeLimits) -> tuple[int, int, int, int]:
@@ -25,7 +22,8 @@ def keepalives(limits: PurgeLimits) -> tuple[int, int, int, int]:
 
 
 def server_bounds(limits: PurgeLimits, statement_timeout: timedelta, application_name: str) -> dict[str, str]:
-    """SET_BOUNDS' parameters. The server also checks every second, during a statement, that its client is there."""
+    """The parameters of the statement "set bounds". The server also checks every second, during a statement, that
+    its client is there."""
     idle, interval, count, user_timeout = keepalives(limits)
     return {
         "statement_timeout": milliseconds(statement_timeout), "lock_timeout": milliseconds(limits.lock_timeout),

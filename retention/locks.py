@@ -13,6 +13,7 @@ from django.db import DatabaseError
 
 from retention.results import StopReason
 from retention.session import JobSession
+from retention.statements import STATEMENTS
 from retention.stopping import StopRun
 
 logger = logging.getLogger(__name__)
@@ -30,10 +31,7 @@ POOL_SATURATED = (
     "the connection pooler in front of the job's database (alias {alias!r}) gave it no server session within the "
     "run's time: point DELISTED_RETENTION_DATABASE_URL at PostgreSQL directly (docs/poolers.md)"
 )
-TAKE_LOCK = "SELECT pg_backend_pid(), set_config(%(marker_name)s, %(marker)s, false), pg_try_advisory_lock(%(key)s)"
-UNLOCK = "SELECT pg_advisory_unlock(%(key)s)"
 LOCK_GONE = "advisory lock not released: its session is lost, and the server ends the lock with it"
-BACKEND_PID = "SELECT pg_backend_pid()"  # the server session's, through a pooler too
 QUERY_WAIT_TIMEOUT_ERROR = "query_wait_timeout"  # PgBouncer: a client waited that long for a server
 
 
@@ -57,7 +55,7 @@ def advisory_lock(session: JobSession, name: str) -> Iterator[bool]:
     key, marker = advisory_lock_key(name), str(session.run_id)
     refuse_a_pooler(session)
     with session.transaction() as cursor:
-        cursor.execute(TAKE_LOCK, {"marker_name": SESSION_MARKER, "marker": marker, "key": key})
+        cursor.execute(STATEMENTS["advisory lock"], {"marker_name": SESSION_MARKER, "marker": marker, "key": key})
         backend_pid, _, acquired = cursor.fetchone()
     session.holder = (backend_pid, marker) if acquired else None
     try:
@@ -82,7 +80,7 @@ def refuse_a_pooler(session: JobSession) -> None:
         with session.connecting() as connection:
             connection.ensure_connection()  # Django's first statements (the time zone) may wait for a server too
             with connection.cursor() as cursor:
-                cursor.execute(BACKEND_PID)
+                cursor.execute(STATEMENTS["pooler probe"])
                 backend_pid = cursor.fetchone()[0]
     except StopRun as stop:
         if stop.reason is StopReason.MAX_DURATION:
@@ -103,7 +101,7 @@ def release(session: JobSession, name: str, key: int) -> None:
         return
     try:
         with session.transaction() as cursor:
-            cursor.execute(UNLOCK, {"key": key})
+            cursor.execute(STATEMENTS["advisory unlock"], {"key": key})
             if not cursor.fetchone()[0]:
                 logger.error("advisory lock was not held by this session at release", extra={"lock": name})
     except (DatabaseError, StopRun):  # broke just now, or out of time: a session lock goes with its session

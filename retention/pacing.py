@@ -8,27 +8,13 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from retention.session import JobSession, Session
+from retention.statements import STATEMENTS
 
 POLL_INTERVAL = timedelta(milliseconds=500)
 LAG_HIDDEN_MESSAGE = (
     "the database role cannot read the standbys' replication lag (pg_stat_replication shows it only to members "
     "of pg_read_all_stats): grant pg_read_all_stats to the role (deploy/sql/catalog_retention_role.sql)"
 )
-
-
-# pg_basebackup's WAL senders (state 'backup') copy files; they are not standbys.
-REPLICA_LAG = """
-SELECT count(*),
-       bool_or(state IS NULL),
-       max(CASE
-           WHEN replay_lsn >= pg_current_wal_lsn() THEN interval '0'
-           WHEN replay_lsn < flush_lsn THEN coalesce(replay_lag, interval '0')
-               + greatest(clock_timestamp() - reply_time, interval '0')
-           ELSE coalesce(replay_lag, interval '0')
-       END)
-  FROM pg_stat_replication
- WHERE state IS DISTINCT FROM 'backup'
-"""
 
 
 class ReplicaLagHidden(PermissionError):
@@ -47,7 +33,7 @@ def replica_lag(session: Session) -> timedelta | None:
     """How far behind in time the slowest standby is, as the primary sees it (see the module docstring); None
     when no standby is connected. A transaction of its own: call it outside any transaction."""
     with session.transaction() as cursor:
-        cursor.execute(REPLICA_LAG)
+        cursor.execute(STATEMENTS["replica lag"])
         standbys, hidden, worst_lag = cursor.fetchone()
     if hidden:
         raise ReplicaLagHidden()

@@ -7,18 +7,18 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from retention.backlog import Backlog, measure_backlog
-from retention.phases import FIRST_OBJECT_KEPT, HELD_BACK_AFTER, OVERRIDES_OF_TAKEN
 from retention.results import StopReason
 from retention.session import JobSession, Session
+from retention.statements import STATEMENTS
 
 
 def objects_taken(cursor, *, cutoff: datetime, objects: int | None) -> dict:
     """The parameters that say which overdue property objects a run reaching `objects` of them (None: all) takes:
-    the cutoff and the keyset boundary of phases.OBJECT_TAKEN (None: it leaves no overdue object). An index-only
-    scan of up to `objects` entries."""
+    the cutoff and the first object it leaves, `kept_from_*` (None: it leaves no overdue object). An index-only scan
+    of up to `objects` entries."""
     first_kept = None
     if objects is not None:
-        cursor.execute(FIRST_OBJECT_KEPT, {"cutoff": cutoff, "objects": objects})
+        cursor.execute(STATEMENTS["first object kept"], {"cutoff": cutoff, "objects": objects})
         first_kept = cursor.fetchone()
     kept_from_at, kept_from_id = first_kept or (None, None)
     return {"cutoff": cutoff, "kept_from_at": kept_from_at, "kept_from_id": kept_from_id}
@@ -33,7 +33,7 @@ def held_back_after(session: Session, *, cutoff: datetime, objects: int | None =
 
 def count_held_back(cursor, taken: dict) -> int:
     """The overdue projects still holding a property-object card once the objects `taken` (objects_taken) are gone."""
-    cursor.execute(HELD_BACK_AFTER, taken)
+    cursor.execute(STATEMENTS["held back after"], taken)
     return cursor.fetchone()[0]
 
 
@@ -105,7 +105,7 @@ def preview_purge(session: JobSession, *, cutoff: datetime) -> dict:
         max_batches=limits.max_batches,
     )
     with session.transaction() as cursor:
-        cursor.execute(OVERRIDES_OF_TAKEN, {**taken, "projects": preview.deleted_project_cards})
+        cursor.execute(STATEMENTS["overrides of taken"], {**taken, "projects": preview.deleted_project_cards})
         object_overrides, building_overrides = cursor.fetchone()
     return {
         "stop_reason": preview.stop_reason,

@@ -26,12 +26,11 @@ from retention.limits import PurgeLimits
 from retention.locks import PooledSessionError, PoolSaturated, advisory_lock, prove_holder
 from retention.metrics import EXPORT_TIMEOUT_SECONDS, RunMetrics
 from retention.pacing import ReplicaLagHidden, wait_for_replicas
-from retention.phases import (
-    BATCH_ROWS, CARD_PHASES, FOREIGN_PARTITION, PHASES, PROJECTS, PROPERTY_OBJECTS, SCAN_CHUNK, Phase,
-)
+from retention.phases import CARD_PHASES, PHASES, PROJECTS, PROPERTY_OBJECTS, SCAN_CHUNK, Phase
 from retention.preview import preview_purge
 from retention.results import DELETED_COUNTS, Culprit, Outcome, PurgeFailed, PurgeResult, StopReason, within_json
 from retention.session import SYNC_WAIT_CANCELLED_MESSAGE, JobSession
+from retention.statements import STATEMENTS
 from retention.spans import current_trace_id, failed, result_attributes, run_attributes, run_span, traced
 from retention.stopping import StopRequest, StopRun
 
@@ -177,10 +176,10 @@ def run_result(session: JobSession, run: Run, stop_reason: StopReason, *, has_mo
 
 
 def refuse_unsupported_layout(session: JobSession) -> None:
-    """UnsupportedLayout when a table the job deletes from has a foreign table among its partitions (phases,
-    FOREIGN_PARTITION). Any other partitioning the job runs on (docs/how-it-works.md, "A partitioned catalog")."""
+    """UnsupportedLayout when a table the job deletes from has a foreign table among its partitions. Any other
+    partitioning the job runs on (docs/how-it-works.md, "A partitioned catalog")."""
     with session.transaction() as cursor:
-        cursor.execute(FOREIGN_PARTITION)
+        cursor.execute(STATEMENTS["foreign partition"])
         found = cursor.fetchone()
     if found:
         table, partition = found
@@ -492,8 +491,8 @@ def isolate_culprits(session: JobSession, run: Run, phase: Phase, refusal: Batch
         selected, batch_ids, tables, row_addresses, backend_pid, marker = cursor.fetchone()
         prove_holder(session, backend_pid, marker)
         log_batch_failure(session, run, phase, refusal.error, parse_array(batch_ids) if batch_ids else [])
-        cursor.execute(BATCH_ROWS, {"ids": batch_ids or "{}", "tables": tables or "{}",
-                                    "row_addresses": row_addresses or "{}"})
+        cursor.execute(STATEMENTS["refused batch rows"],
+                       {"ids": batch_ids or "{}", "tables": tables or "{}", "row_addresses": row_addresses or "{}"})
         pending = [(cursor.fetchall(), refusal.error)] if selected else []
         while pending:
             cards, error = pending.pop()

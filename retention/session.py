@@ -18,9 +18,10 @@ from functools import cached_property
 from django.db import DatabaseError, OperationalError, connections, transaction
 
 from config.logging import RunLog
-from retention.bounds import BOUNDS, RESET_BOUNDS, SET_BOUNDS, client_options, server_bounds
+from retention.bounds import BOUNDS, client_options, server_bounds
 from retention.limits import PurgeLimits
 from retention.results import StopReason
+from retention.statements import STATEMENTS
 from retention.stopping import GRACE, STEP, StopRequest, StopRun
 
 logger = logging.getLogger(__name__)
@@ -103,7 +104,7 @@ class JobSession(Session):
             if not self.lost and self._timed[0] is not None and self._timed[0] is database.connection:
                 try:
                     with database.cursor() as cursor:
-                        cursor.execute(RESET_BOUNDS, {"names": list(BOUNDS)})
+                        cursor.execute(STATEMENTS["reset bounds"], {"names": list(BOUNDS)})
                 except DatabaseError as error:
                     logger.warning("could not reset the session's bounds: %s", error)
 
@@ -179,5 +180,6 @@ class JobSession(Session):
         if self._timed[0] is session and self._timed[1] <= timedelta(seconds=until_cut):
             return
         statement_timeout = min(self.limits.statement_timeout, timedelta(seconds=max(until_cut - STEP, STEP)))
-        cursor.execute(SET_BOUNDS, server_bounds(self.limits, statement_timeout, f"purge_delisted {self.run_id}"))
+        bounds = server_bounds(self.limits, statement_timeout, f"purge_delisted {self.run_id}")
+        cursor.execute(STATEMENTS["set bounds"], bounds)
         self._timed = (session, statement_timeout)

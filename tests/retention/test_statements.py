@@ -1,52 +1,54 @@
-"""Every statement the job builds, rendered as it reaches the server (named parameters left as `%(name)s`), is
-pinned in retention/sql/statements.sql, so that a review reads each one whole and sees any change as a diff.
-After changing a statement: UPDATE_STATEMENTS=1 pytest tests/retention/test_statements.py, and review the diff."""
+"""retention/sql/statements.sql holds every statement the job and its readers send, and the code reads them from there
+(retention.statements): no statement in it is dead, and the statements that redo a refused batch in parts are the
+batch's own, word for word."""
 
-import os
-import textwrap
+import re
 from pathlib import Path
 
-from retention import backlog, bounds, locks, pacing, phases
+import pytest
 
-PINNED = Path(backlog.__file__).parent / "sql" / "statements.sql"
+from retention import backlog, phases
+from retention.statements import STATEMENTS, read_statements
+
+RETENTION = Path(backlog.__file__).parent
 
 
-def statements() -> dict[str, str]:
-    rendered = {
-        "session: its bounds": bounds.SET_BOUNDS,
-        "session: its bounds reset": bounds.RESET_BOUNDS,
-        "pooler probe": locks.BACKEND_PID,
-        "advisory lock": locks.TAKE_LOCK,
-        "advisory unlock": locks.UNLOCK,
-        "cutoff": backlog.CUTOFF,
+def words(sql: str) -> str:
+    return " ".join(sql.split())
+
+
+def between(sql: str, start: str, end: str) -> str:
+    """The text of `sql` after the first `start` and before the next `end`, its whitespace as words."""
+    after = sql.split(start, 1)[1]
+    return words(after.split(end, 1)[0])
+
+
+def test_every_statement_in_the_file_is_one_the_code_sends():
+    named_in_code = {
+        name for source in RETENTION.rglob("*.py") for name in re.findall(r'STATEMENTS\["([^"]+)"\]', source.read_text())
     }
-    for phase in phases.PHASES:
-        for kind in ("scan_sql", "batch_sql", "lock_sql", "delete_sql"):
-            if statement := getattr(phase, kind):
-                rendered[f"{phase.name}.{kind}"] = statement
-    for cards in backlog.KINDS:
-        rendered[f"backlog: {cards}, in chunks"] = backlog.delisted_statement(cards, in_chunks=True)
-        rendered[f"backlog: {cards}, whole"] = backlog.delisted_statement(cards, in_chunks=False)
-    rendered["backlog: held back, in chunks"] = backlog.held_back_statement(in_chunks=True)
-    rendered["backlog: held back, whole"] = backlog.held_back_statement(in_chunks=False)
-    rendered["dry run: first object kept"] = phases.FIRST_OBJECT_KEPT
-    rendered["dry run: held back after"] = phases.HELD_BACK_AFTER
-    rendered["dry run: overrides of taken"] = phases.OVERRIDES_OF_TAKEN
-    rendered["culprit search: a refused batch's rows"] = phases.BATCH_ROWS
-    rendered["layout refused: a foreign partition"] = phases.FOREIGN_PARTITION
-    rendered["replica lag"] = pacing.REPLICA_LAG
-    return rendered
+    of_phases = {
+        statement for phase in phases.PHASES
+        for statement in (phase.batch_sql, phase.lock_sql, phase.delete_sql, phase.scan_sql) if statement
+    }
+    of_backlog = {
+        statement for in_chunks in (True, False)
+        for statement in (backlog.held_back_statement(in_chunks=in_chunks),
+                          *(backlog.delisted_statement(cards, in_chunks=in_chunks) for cards in backlog.KINDS))
+    }
+    sent = {STATEMENTS[name] for name in named_in_code} | of_phases | of_backlog
+    assert {name for name, sql in STATEMENTS.items() if sql not in sent} == set()
 
 
-def rendered_file() -> str:
-    return "\n".join(
-        f"-- {name}\n{textwrap.dedent(statement).strip()};\n" for name, statement in statements().items()
-    )
+@pytest.mark.parametrize("phase", phases.PHASES, ids=lambda phase: phase.name)
+def test_a_refused_batch_is_locked_and_deleted_as_the_batch_was(phase):
+    selected = between(phase.batch_sql, "WITH batch AS (", "FOR UPDATE SKIP LOCKED")
+    assert between(phase.lock_sql, "FROM (", "FOR UPDATE SKIP LOCKED") == selected
+    deletes = between(phase.batch_sql, "FOR UPDATE SKIP LOCKED\n),", ",\nlast AS (")
+    assert between(phase.delete_sql, " AS id\n),", "\nSELECT") == deletes
+    assert "DELETE FROM" in deletes
 
 
-def test_the_pinned_statements_are_the_ones_the_job_runs():
-    if os.environ.get("UPDATE_STATEMENTS"):
-        PINNED.write_text(rendered_file())
-    assert PINNED.read_text() == rendered_file(), (
-        "a statement changed: UPDATE_STATEMENTS=1 pytest tests/retention/test_statements.py, then review the diff"
-    )
+def test_a_comment_line_is_for_the_reader_and_not_sent():
+    statements = read_statements("-- the file's header\n\n-- name: one\n-- why it is so\nSELECT 1\n  -- sent\n;\n")
+    assert statements == {"one": "SELECT 1\n  -- sent"}
