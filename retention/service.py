@@ -288,8 +288,13 @@ def run_phases(session: JobSession, run: Run, on_batch: Callable[[int], None]) -
                 if only_ids == []:
                     break  # the scan found no candidate left
                 started = time.monotonic()
-                with traced("batch", {"retention.phase": phase.name}) as span:
-                    outcome = traced_batch(session, run, phase, span, resume_after, only_ids)
+                with traced("batch", {"retention.phase": phase.name, "retention.batch_index": run.batches}) as span:
+                    outcome = delete_batch(session, run, phase, resume_after, only_ids)
+                    span.set_attributes({"retention.selected": outcome.selected, "retention.retries": outcome.retries,
+                                         "retention.deleted_cards": outcome.deleted_cards,
+                                         "retention.deleted_overrides": outcome.deleted_overrides})
+                    if not outcome.selected:  # the phase ran dry: not a batch the result counts
+                        span.update_name("empty_batch")
                 # A redone batch (culprits) has no last key: the next resumes as it did, its culprits skipped.
                 if outcome.last_key:
                     resume_after, last_key = last_key, outcome.last_key
@@ -300,28 +305,6 @@ def run_phases(session: JobSession, run: Run, on_batch: Callable[[int], None]) -
                 # A phase with a scan runs dry when its candidates are all taken, any other on a short batch.
                 if (scan.done if scan else outcome.selected < session.limits.batch_size):
                     break
-
-
-def traced_batch(
-    session: JobSession, run: Run, phase: Phase, span, after: tuple, only_ids: list[str] | None,
-) -> BatchOutcome:
-    """One batch, redone to isolate its culprits when refused for a data reason, its counts on its span: a refusal
-    is the span's error. A selection that found nothing ends the phase and is not a batch the result counts."""
-    span.set_attribute("retention.batch_index", run.batches)
-    try:
-        outcome = delete_batch(session, run, phase, after, only_ids)
-    except BatchRefused as refusal:
-        failed(span, refusal.error)
-        outcome = isolate_culprits(session, run, phase, refusal)
-        stop_if_systemic(session, run, phase, outcome, refusal.error)
-    else:
-        run.refused_batches = 0
-    span.set_attributes({"retention.selected": outcome.selected, "retention.deleted_cards": outcome.deleted_cards,
-                         "retention.deleted_overrides": outcome.deleted_overrides,
-                         "retention.retries": outcome.retries})
-    if not outcome.selected:
-        span.update_name("empty_batch")
-    return outcome
 
 
 @dataclass
@@ -389,22 +372,13 @@ class BatchOutcome:
     retries: int = 0  # attempts that failed on a transient error before this one
 
 
-class BatchRefused(Exception):
-    """A batch failed because of its rows: redo it in parts to find the culprits. `params`: the batch's, which
-    select the same rows again."""
-
-    def __init__(self, error: DatabaseError, params: dict):
-        super().__init__(str(error))
-        self.error = error
-        self.params = params
-
-
 def delete_batch(
     session: JobSession, run: Run, phase: Phase, after: tuple, only_ids: list[str] | None
 ) -> BatchOutcome:
     """One batch, one transaction, one statement: lock the oldest overdue rows after the key `after` (of those
     of `only_ids`), delete them, prove it ran on the lock's session. Counted in the run when it commits. A transient
-    error (TRANSIENT_STATES) runs the batch again, up to BATCH_ATTEMPTS in all, before it fails the run."""
+    error (TRANSIENT_STATES) runs the batch again, up to BATCH_ATTEMPTS in all, before it fails the run; a refusal
+    for a data reason redoes it in parts to isolate its culprits, the refusal the batch span's error."""
     after_at, after_id = after
     params = {
         "cutoff": run.cutoff, "batch_size": session.limits.batch_size, "after_at": after_at, "after_id": after_id,
@@ -421,7 +395,10 @@ def delete_batch(
             break
         except DatabaseError as error:
             if is_data_error(error):
-                raise BatchRefused(error, params) from error
+                failed(trace.get_current_span(), error)
+                outcome = isolate_culprits(session, run, phase, error, params)
+                stop_if_systemic(session, run, phase, outcome, error)
+                return outcome
             if sqlstate(error) in TRANSIENT_STATES and attempt < BATCH_ATTEMPTS and not session.lost:
                 wait_to_retry(session, run, phase, error, attempt)
                 continue
@@ -429,6 +406,7 @@ def delete_batch(
                 run.unknown_commit = {"index": run.batches, "phase": phase.name, "cards": deleted_cards}
             log_batch_failure(session, run, phase, error, ids_of_failed_batch(session, phase, params))
             raise
+    run.refused_batches = 0
     if not selected:
         return BatchOutcome(selected=0, deleted_cards=0, deleted_overrides=0, retries=attempt - 1)
     return count_batch(session, run, phase, BatchOutcome(
@@ -480,20 +458,20 @@ def count_batch(session: JobSession, run: Run, phase: Phase, outcome: BatchOutco
     return outcome
 
 
-def isolate_culprits(session: JobSession, run: Run, phase: Phase, refusal: BatchRefused) -> BatchOutcome:
+def isolate_culprits(session: JobSession, run: Run, phase: Phase, error: DatabaseError, params: dict) -> BatchOutcome:
     """Redo a batch that failed for a data reason in one transaction, under the same lock, limits and session:
     lock its rows again (its transaction rolled back whole), log its ids, then delete them in halves, each under a
     savepoint, halving every part that fails until each card that cannot be deleted alone is isolated. The failed
     attempt and this transaction together count as one batch."""
     deleted_cards = deleted_overrides = 0
     with traced("isolate_culprits", {"retention.phase": phase.name}), session.transaction(writes=True) as cursor:
-        cursor.execute(phase.lock_sql, refusal.params)
+        cursor.execute(phase.lock_sql, params)
         selected, batch_ids, tables, row_addresses, backend_pid, marker = cursor.fetchone()
         prove_holder(session, backend_pid, marker)
-        log_batch_failure(session, run, phase, refusal.error, parse_array(batch_ids) if batch_ids else [])
+        log_batch_failure(session, run, phase, error, parse_array(batch_ids) if batch_ids else [])
         cursor.execute(STATEMENTS["refused batch rows"],
                        {"ids": batch_ids or "{}", "tables": tables or "{}", "row_addresses": row_addresses or "{}"})
-        pending = [(cursor.fetchall(), refusal.error)] if selected else []
+        pending = [(cursor.fetchall(), error)] if selected else []
         while pending:
             cards, error = pending.pop()
             if len(cards) == 1:
