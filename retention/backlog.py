@@ -28,8 +28,8 @@ A_CHUNK = """
          FETCH FIRST %(chunk)s ROWS WITH TIES"""
 DELISTED_ENTRIES = "status = 'Delisted' AND (%(count_within_window)s OR updated_at < %(cutoff)s)"
 # A kind's Delisted cards in one statement (the admin page, /metrics): a bare count(*) on each side of the cutoff and
-# the two ends read off the index, rather than ENTRIES_OF's FILTER, min and max evaluated on every entry, which took
-# half as long again (docs/benchmark-findings.md, "The admin page at 1M cards, again").
+# the two ends of every Delisted entry read off the index, rather than ENTRIES_OF's FILTER, min and max evaluated on
+# every entry, which took half as long again (docs/benchmark-findings.md, "The admin page at 1M cards, again").
 DELISTED_WHOLE = """
 SELECT overdue.entries + within_window.entries, overdue.entries, ends.first, ends.last
   FROM (SELECT count(*) AS entries FROM catalog.{cards}
@@ -39,15 +39,16 @@ SELECT overdue.entries + within_window.entries, overdue.entries, ends.first, end
          WHERE status = 'Delisted' AND %(count_within_window)s AND updated_at >= %(cutoff)s
            AND updated_at > %(after)s AND updated_at <= %(until)s) AS within_window,
        (SELECT min(updated_at) AS first, max(updated_at) AS last FROM catalog.{cards}
-         WHERE {entries} AND updated_at > %(after)s AND updated_at <= %(until)s) AS ends
+         WHERE status = 'Delisted' AND updated_at > %(after)s AND updated_at <= %(until)s) AS ends
 """
 
 
 def delisted_statement(cards: str, *, in_chunks: bool) -> str:
     """A kind's Delisted cards and the overdue among them; with count_within_window false the scan stops at the
-    cutoff, and the entries are the overdue cards alone. The first entry is the oldest Delisted card either way."""
+    cutoff, and the entries are the overdue cards alone. The first entry is the oldest Delisted card either way (the
+    whole statement reads it off the index even when none is overdue)."""
     if not in_chunks:
-        return DELISTED_WHOLE.format(cards=cards, entries=DELISTED_ENTRIES)
+        return DELISTED_WHOLE.format(cards=cards)
     return ENTRIES_OF.format(cards=cards, entries=DELISTED_ENTRIES, second="updated_at < %(cutoff)s", chunk=A_CHUNK)
 
 
@@ -107,9 +108,9 @@ def measure_backlog(
     """The backlog: one statement per kind and one for the held-back projects, or, `in_chunks` (a run), chunks of
     COUNT_CHUNK entries and HELD_BACK_CHUNK projects. Without `count_held_back`, `projects.held_back` is None.
 
-    `within_window_from` is a count at the same cutoff made earlier (a run's start count, for its end count): the
-    cards Delisted within the retention window are taken from it, and the overdue ones are counted again in chunks
-    that end where its chunks ended (docs/how-it-works.md, "The backlog counts")."""
+    `within_window_from` is a count at the same cutoff made earlier (a run's start count, for its end count; the
+    admin page's per-day counts): the cards Delisted within the retention window are taken from it, and the overdue
+    ones are counted again in chunks that end where its chunks ended (docs/how-it-works.md, "The backlog counts")."""
     if within_window_from is not None and within_window_from.cutoff != cutoff:
         raise ValueError("within_window_from was counted at another cutoff")
     params = {"cutoff": cutoff, "count_within_window": within_window_from is None}

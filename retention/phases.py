@@ -293,6 +293,23 @@ HELD_BACK_AFTER = f"""
 SELECT count(*) FROM catalog.project_cards AS card
  WHERE status = 'Delisted' AND updated_at < %(cutoff)s AND {HELD_BACK_AFTER_TAKEN}
 """
+# The overdue projects held back now (HELD_BACK) and once every overdue object is gone (HELD_BACK_AFTER without a
+# keyset boundary), for the admin page: one index probe a project, its last object in (status, updated_at) order,
+# answers both. It is at or after ('Delisted', cutoff) exactly when one of OBJECTS_LEFT's second and third ranges
+# holds an object; the first, a status before 'Delisted' (the CHECK admits none), is one look for all the projects.
+HELD_BACK_NOW_AND_AFTER = """
+SELECT count(last.status),
+       count(*) FILTER (
+           WHERE (last.status, last.updated_at) >= ('Delisted', %(cutoff)s)
+              OR card.id IN (SELECT project_id FROM catalog.property_object_cards WHERE status < 'Delisted'))
+  FROM catalog.project_cards AS card
+  LEFT JOIN LATERAL (
+      SELECT po.status, po.updated_at FROM catalog.property_object_cards AS po
+       WHERE po.project_id = card.id
+       ORDER BY po.status DESC, po.updated_at DESC LIMIT 1
+  ) AS last ON true
+ WHERE card.status = 'Delisted' AND card.updated_at < %(cutoff)s
+"""
 # The overrides of exactly the rows the real batches would take, in the same order.
 OVERRIDES_OF_TAKEN = f"""
 WITH taken_objects AS (

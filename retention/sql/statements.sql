@@ -322,7 +322,7 @@ SELECT overdue.entries + within_window.entries, overdue.entries, ends.first, end
          WHERE status = 'Delisted' AND %(count_within_window)s AND updated_at >= %(cutoff)s
            AND updated_at > %(after)s AND updated_at <= %(until)s) AS within_window,
        (SELECT min(updated_at) AS first, max(updated_at) AS last FROM catalog.property_object_cards
-         WHERE status = 'Delisted' AND (%(count_within_window)s OR updated_at < %(cutoff)s) AND updated_at > %(after)s AND updated_at <= %(until)s) AS ends;
+         WHERE status = 'Delisted' AND updated_at > %(after)s AND updated_at <= %(until)s) AS ends;
 
 -- backlog: project_cards, in chunks
 SELECT count(*), count(*) FILTER (WHERE updated_at < %(cutoff)s), min(updated_at), max(updated_at)
@@ -340,7 +340,7 @@ SELECT overdue.entries + within_window.entries, overdue.entries, ends.first, end
          WHERE status = 'Delisted' AND %(count_within_window)s AND updated_at >= %(cutoff)s
            AND updated_at > %(after)s AND updated_at <= %(until)s) AS within_window,
        (SELECT min(updated_at) AS first, max(updated_at) AS last FROM catalog.project_cards
-         WHERE status = 'Delisted' AND (%(count_within_window)s OR updated_at < %(cutoff)s) AND updated_at > %(after)s AND updated_at <= %(until)s) AS ends;
+         WHERE status = 'Delisted' AND updated_at > %(after)s AND updated_at <= %(until)s) AS ends;
 
 -- backlog: held back, in chunks
 SELECT count(*), count(*) FILTER (WHERE EXISTS (SELECT FROM catalog.property_object_cards AS po WHERE po.project_id = card.id AND true)), min(updated_at), max(updated_at)
@@ -385,6 +385,19 @@ WITH taken_objects AS (
 SELECT (SELECT count(*) FROM catalog.property_object_display_overrides
          WHERE property_object_id IN (SELECT id FROM taken_objects)),
        (SELECT count(*) FROM catalog.building_display_overrides WHERE project_id IN (SELECT id FROM taken_projects));
+
+-- admin page: held back now and after
+SELECT count(last.status),
+       count(*) FILTER (
+           WHERE (last.status, last.updated_at) >= ('Delisted', %(cutoff)s)
+              OR card.id IN (SELECT project_id FROM catalog.property_object_cards WHERE status < 'Delisted'))
+  FROM catalog.project_cards AS card
+  LEFT JOIN LATERAL (
+      SELECT po.status, po.updated_at FROM catalog.property_object_cards AS po
+       WHERE po.project_id = card.id
+       ORDER BY po.status DESC, po.updated_at DESC LIMIT 1
+  ) AS last ON true
+ WHERE card.status = 'Delisted' AND card.updated_at < %(cutoff)s;
 
 -- culprit search: a refused batch's rows
 SELECT unnest(%(ids)s::text[]), unnest(%(tables)s::oid[])::text, unnest(%(row_addresses)s::tid[])::text;

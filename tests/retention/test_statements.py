@@ -32,6 +32,7 @@ def statements() -> dict[str, str]:
     rendered["dry run: first object kept"] = phases.FIRST_OBJECT_KEPT
     rendered["dry run: held back after"] = phases.HELD_BACK_AFTER
     rendered["dry run: overrides of taken"] = phases.OVERRIDES_OF_TAKEN
+    rendered["admin page: held back now and after"] = phases.HELD_BACK_NOW_AND_AFTER
     rendered["culprit search: a refused batch's rows"] = phases.BATCH_ROWS
     rendered["layout refused: a foreign partition"] = phases.FOREIGN_PARTITION
     rendered["replica lag"] = pacing.REPLICA_LAG
