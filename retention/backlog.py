@@ -18,7 +18,8 @@ KINDS = {"property_object_cards": "property_objects", "project_cards": "projects
 
 def delisted_statement(cards: str, *, in_chunks: bool) -> str:
     """A kind's Delisted cards and the overdue among them; with count_within_window false the scan stops at the
-    cutoff, and the entries are the overdue cards alone. The first entry is the oldest Delisted card either way."""
+    cutoff, and the entries are the overdue cards alone. The first entry is the oldest Delisted card either way (the
+    whole statement reads it off the index even when none is overdue)."""
     return STATEMENTS[f"backlog: {cards}, {'in chunks' if in_chunks else 'whole'}"]
 
 
@@ -75,9 +76,9 @@ def measure_backlog(
     """The backlog: one statement per kind and one for the held-back projects, or, `in_chunks` (a run), chunks of
     COUNT_CHUNK entries and HELD_BACK_CHUNK projects. Without `count_held_back`, `projects.held_back` is None.
 
-    `within_window_from` is a count at the same cutoff made earlier (a run's start count, for its end count): the
-    cards Delisted within the retention window are taken from it, and the overdue ones are counted again in chunks
-    that end where its chunks ended (docs/how-it-works.md, "The backlog counts")."""
+    `within_window_from` is a count at the same cutoff made earlier (a run's start count, for its end count; the
+    admin page's per-day counts): the cards Delisted within the retention window are taken from it, and the overdue
+    ones are counted again in chunks that end where its chunks ended (docs/how-it-works.md, "The backlog counts")."""
     if within_window_from is not None and within_window_from.cutoff != cutoff:
         raise ValueError("within_window_from was counted at another cutoff")
     params = {"cutoff": cutoff, "count_within_window": within_window_from is None}

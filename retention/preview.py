@@ -12,23 +12,21 @@ from retention.session import JobSession, Session
 from retention.statements import STATEMENTS
 
 
-def objects_taken(cursor, *, cutoff: datetime, objects: int | None) -> dict:
-    """The parameters that say which overdue property objects a run reaching `objects` of them (None: all) takes:
-    the cutoff and the first object it leaves, `kept_from_*` (None: it leaves no overdue object). An index-only scan
-    of up to `objects` entries."""
-    first_kept = None
-    if objects is not None:
-        cursor.execute(STATEMENTS["first object kept"], {"cutoff": cutoff, "objects": objects})
-        first_kept = cursor.fetchone()
-    kept_from_at, kept_from_id = first_kept or (None, None)
+def objects_taken(cursor, *, cutoff: datetime, objects: int) -> dict:
+    """The parameters that say which overdue property objects a run reaching `objects` of them takes: the cutoff and
+    the first object it leaves, `kept_from_*` (None: it leaves no overdue object). An index-only scan of up to
+    `objects` entries."""
+    cursor.execute(STATEMENTS["first object kept"], {"cutoff": cutoff, "objects": objects})
+    kept_from_at, kept_from_id = cursor.fetchone() or (None, None)
     return {"cutoff": cutoff, "kept_from_at": kept_from_at, "kept_from_id": kept_from_id}
 
 
-def held_back_after(session: Session, *, cutoff: datetime, objects: int | None = None) -> int:
-    """The overdue projects still holding a property-object card once the `objects` oldest overdue property objects
-    are gone (None: every overdue one): one aggregate over the overdue projects, probing their objects by index."""
+def held_back_now_and_after(session: Session, *, cutoff: datetime) -> tuple[int, int]:
+    """The overdue projects holding a property-object card now, and those still holding one once every overdue
+    property object is gone (the admin page): one statement, one index probe an overdue project."""
     with session.transaction() as cursor:
-        return count_held_back(cursor, objects_taken(cursor, cutoff=cutoff, objects=objects))
+        cursor.execute(STATEMENTS["held back now and after"], {"cutoff": cutoff})
+        return cursor.fetchone()
 
 
 def count_held_back(cursor, taken: dict) -> int:

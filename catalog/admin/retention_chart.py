@@ -17,7 +17,7 @@ from django.template.defaultfilters import pluralize
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
-from retention.backlog import Backlog
+from retention.backlog import Backlog, KindBacklog
 from retention.last_run import nights_needed
 from retention.session import Session
 
@@ -34,30 +34,41 @@ DAYS_PANEL = (330, 750)
 MAX_NIGHT_LINES = 8
 
 
-# The Delisted cards that become deletable on each of the next `days` days (in the session's time zone, which
-# IN_TIME_ZONE sets to the catalog's), from now on: their updated_at + retention falls in that day and after the
-# cutoff. A range count per day and kind.
-IN_TIME_ZONE = "SELECT set_config('TimeZone', %(time_zone)s, true)"
+# The Delisted cards that become deletable on each of the next `days` days of `time_zone` (the catalog's), from now
+# on: their updated_at + retention falls in that day and after the cutoff. A range count per day and kind; then, in a
+# last row without a day, the cards becoming deletable after those days. The rows together are every card within the
+# retention window, which the page's backlog does not count again. The days are the zone's midnights, written with
+# AT TIME ZONE rather than set on the session: the other reads of the page's transaction return moments, which
+# Django reads as UTC.
 COUNT_BECOMING_DELETABLE = """
-SELECT day::date,
+WITH days AS (
+    SELECT day::date, greatest((day AT TIME ZONE %(time_zone)s) - %(retention)s, %(cutoff)s) AS updated_from,
+           ((day + interval '1 day') AT TIME ZONE %(time_zone)s) - %(retention)s AS updated_before
+      FROM generate_series(date_trunc('day', (%(cutoff)s + %(retention)s) AT TIME ZONE %(time_zone)s),
+                           date_trunc('day', (%(cutoff)s + %(retention)s) AT TIME ZONE %(time_zone)s)
+                           + (%(days)s - 1) * interval '1 day',
+                           interval '1 day') AS day
+)
+SELECT day,
        (SELECT count(*) FROM catalog.property_object_cards
-         WHERE status = 'Delisted' AND updated_at >= greatest(day - %(retention)s, %(cutoff)s)
-           AND updated_at < day + interval '1 day' - %(retention)s),
+         WHERE status = 'Delisted' AND updated_at >= updated_from AND updated_at < updated_before),
        (SELECT count(*) FROM catalog.project_cards
-         WHERE status = 'Delisted' AND updated_at >= greatest(day - %(retention)s, %(cutoff)s)
-           AND updated_at < day + interval '1 day' - %(retention)s)
-  FROM generate_series(date_trunc('day', %(cutoff)s + %(retention)s),
-                       date_trunc('day', %(cutoff)s + %(retention)s) + (%(days)s - 1) * interval '1 day',
-                       interval '1 day') AS day
- ORDER BY day
+         WHERE status = 'Delisted' AND updated_at >= updated_from AND updated_at < updated_before)
+  FROM days
+ UNION ALL
+SELECT NULL,
+       (SELECT count(*) FROM catalog.property_object_cards WHERE status = 'Delisted' AND updated_at >= updated_from),
+       (SELECT count(*) FROM catalog.project_cards WHERE status = 'Delisted' AND updated_at >= updated_from)
+  FROM (SELECT max(updated_before) AS updated_from FROM days) AS later
+ ORDER BY day NULLS LAST
 """
 
 
 @dataclass(frozen=True)
 class DeletableOn:
-    """The Delisted cards, not overdue yet, whose retention period ends on `day`."""
+    """The Delisted cards, not overdue yet, whose retention period ends on `day` (None: after the chart's days)."""
 
-    day: date
+    day: date | None
     property_objects: int
     projects: int
 
@@ -66,15 +77,35 @@ class DeletableOn:
         return self.property_objects + self.projects
 
 
+@dataclass(frozen=True)
+class BecomingDeletable:
+    """The Delisted cards within the retention window by when they become deletable: on each of `days`, today (from
+    now on) first, and `later`, after them (its day is None)."""
+
+    days: list[DeletableOn]
+    later: DeletableOn
+
+    def within_window(self, cutoff: datetime) -> Backlog:
+        """These cards as a backlog with none overdue, for retention.backlog.measure_backlog's `within_window_from`."""
+        every = [*self.days, self.later]
+        return Backlog(
+            cutoff,
+            property_objects=KindBacklog(sum(on.property_objects for on in every), overdue=0, oldest_delisted_at=None),
+            projects=KindBacklog(sum(on.projects for on in every), overdue=0, oldest_delisted_at=None),
+        )
+
+
 def count_becoming_deletable(
     session: Session, *, cutoff: datetime, retention: timedelta, days: int, time_zone: str
-) -> list[DeletableOn]:
+) -> BecomingDeletable:
     """Per day of `time_zone`, today (from now on) first, the cards becoming deletable: the arrivals of the next
-    nightly runs."""
+    nightly runs; and those after them."""
     with session.transaction() as cursor:
-        cursor.execute(IN_TIME_ZONE, {"time_zone": time_zone})
-        cursor.execute(COUNT_BECOMING_DELETABLE, {"cutoff": cutoff, "retention": retention, "days": days})
-        return [DeletableOn(day, property_objects, projects) for day, property_objects, projects in cursor.fetchall()]
+        cursor.execute(
+            COUNT_BECOMING_DELETABLE, {"cutoff": cutoff, "retention": retention, "days": days, "time_zone": time_zone}
+        )
+        *each_day, later = [DeletableOn(*row) for row in cursor.fetchall()]
+        return BecomingDeletable(each_day, later)
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,8 @@
 """The "Delisted retention" admin page: what waits for the nightly job, at which limits, what the next run would do,
 and how the last one went. Staff only, read-only, and a fixed number of queries whatever the table sizes: the
-backlog aggregates, one held-back count and the cards becoming deletable on each of the next days
-(retention.backlog, catalog.admin.retention_chart), from which the preview of the next run is reckoned
+cards becoming deletable on each of the next days and after them (catalog.admin.retention_chart), which are those
+within the retention window, the overdue cards of each kind (retention.backlog) and the projects held back now and
+after the overdue objects (retention.preview), from which the preview of the next run is reckoned
 (retention.preview.preview_run) rather than counted again and the chart drawn. The last run comes from the metrics
 sink the job writes (retention.last_run, which `purge_delisted --last-run` reads too). It lives with the catalog's
 admin; the job (retention/) knows nothing of it. Its moments are in the catalog's time zone, written as the card
@@ -10,7 +11,7 @@ pages write them (catalog.admin.cards).
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 
 from django.conf import settings
@@ -25,7 +26,7 @@ from catalog.models import DelistedRetention
 from retention.backlog import Backlog, compute_cutoff, measure_backlog
 from retention.last_run import LastRun, read_last_run
 from retention.limits import LIMITS, PurgeLimits, PurgeLimitsError
-from retention.preview import held_back_after, preview_run
+from retention.preview import held_back_now_and_after, preview_run
 from retention.session import Session
 
 IN_ONE_PROCESS = "SELECT set_config('max_parallel_workers_per_gather', '0', true)"
@@ -78,14 +79,21 @@ class CatalogCounts:
 
 
 def count_catalog(*, retention: timedelta, time_zone: str) -> CatalogCounts:
+    """The chart's per-day counts first: with the cards after its days they are every card within the retention
+    window, which the backlog then takes from them instead of counting again."""
     with PageReads.open() as session:
         cutoff = compute_cutoff(session, retention)
+        becoming_deletable = count_becoming_deletable(
+            session, cutoff=cutoff, retention=retention, days=CHART_DAYS, time_zone=time_zone,
+        )
+        backlog = measure_backlog(
+            session, cutoff=cutoff, count_held_back=False, within_window_from=becoming_deletable.within_window(cutoff),
+        )
+        held_back, held_back_after_overdue_objects = held_back_now_and_after(session, cutoff=cutoff)
         return CatalogCounts(
-            backlog=measure_backlog(session, cutoff=cutoff),
-            held_back_after_overdue_objects=held_back_after(session, cutoff=cutoff),
-            deletable_on=count_becoming_deletable(
-                session, cutoff=cutoff, retention=retention, days=CHART_DAYS, time_zone=time_zone,
-            ),
+            backlog=replace(backlog, projects=replace(backlog.projects, held_back=held_back)),
+            held_back_after_overdue_objects=held_back_after_overdue_objects,
+            deletable_on=becoming_deletable.days,
         )
 
 

@@ -368,8 +368,9 @@ SELECT count(*), count(*) FILTER (WHERE updated_at < %(cutoff)s), min(updated_at
 
 -- name: backlog: property_object_cards, whole
 -- The admin page's and the web metrics' count, one statement: a bare count(*) on each side of the cutoff and the
--- two ends read off the index, rather than a FILTER, min and max evaluated on every entry, which took half as long
--- again (docs/benchmark-findings.md, "The admin page at 1M cards, again").
+-- two ends of every Delisted entry read off the index (the oldest even when none is overdue), rather than a FILTER,
+-- min and max evaluated on every entry, which took half as long again (docs/benchmark-findings.md, "The admin page
+-- at 1M cards, again").
 SELECT overdue.entries + within_window.entries, overdue.entries, ends.first, ends.last
   FROM (SELECT count(*) AS entries FROM catalog.property_object_cards
          WHERE status = 'Delisted' AND updated_at < %(cutoff)s
@@ -378,8 +379,7 @@ SELECT overdue.entries + within_window.entries, overdue.entries, ends.first, end
          WHERE status = 'Delisted' AND %(count_within_window)s AND updated_at >= %(cutoff)s
            AND updated_at > %(after)s AND updated_at <= %(until)s) AS within_window,
        (SELECT min(updated_at) AS first, max(updated_at) AS last FROM catalog.property_object_cards
-         WHERE status = 'Delisted' AND (%(count_within_window)s OR updated_at < %(cutoff)s)
-           AND updated_at > %(after)s AND updated_at <= %(until)s) AS ends;
+         WHERE status = 'Delisted' AND updated_at > %(after)s AND updated_at <= %(until)s) AS ends;
 
 -- name: backlog: project_cards, in chunks
 SELECT count(*), count(*) FILTER (WHERE updated_at < %(cutoff)s), min(updated_at), max(updated_at)
@@ -398,8 +398,7 @@ SELECT overdue.entries + within_window.entries, overdue.entries, ends.first, end
          WHERE status = 'Delisted' AND %(count_within_window)s AND updated_at >= %(cutoff)s
            AND updated_at > %(after)s AND updated_at <= %(until)s) AS within_window,
        (SELECT min(updated_at) AS first, max(updated_at) AS last FROM catalog.project_cards
-         WHERE status = 'Delisted' AND (%(count_within_window)s OR updated_at < %(cutoff)s)
-           AND updated_at > %(after)s AND updated_at <= %(until)s) AS ends;
+         WHERE status = 'Delisted' AND updated_at > %(after)s AND updated_at <= %(until)s) AS ends;
 
 -- name: backlog: held back, in chunks
 -- The overdue projects and those held back by a remaining property-object card (any: a deleted one is gone).
@@ -468,6 +467,23 @@ WITH taken_objects AS (
 SELECT (SELECT count(*) FROM catalog.property_object_display_overrides
          WHERE property_object_id IN (SELECT id FROM taken_objects)),
        (SELECT count(*) FROM catalog.building_display_overrides WHERE project_id IN (SELECT id FROM taken_projects));
+
+-- name: held back now and after
+-- The admin page: the overdue projects held back now, and once every overdue object is gone (held back after,
+-- without a boundary), in one index probe a project: its last object in (status, updated_at) order is at or after
+-- ('Delisted', cutoff) exactly when it has an object in the second or third range of "held back after"; the first,
+-- a status before 'Delisted' (the CHECK admits none), is one look for all the projects.
+SELECT count(last.status),
+       count(*) FILTER (
+           WHERE (last.status, last.updated_at) >= ('Delisted', %(cutoff)s)
+              OR card.id IN (SELECT project_id FROM catalog.property_object_cards WHERE status < 'Delisted'))
+  FROM catalog.project_cards AS card
+  LEFT JOIN LATERAL (
+      SELECT po.status, po.updated_at FROM catalog.property_object_cards AS po
+       WHERE po.project_id = card.id
+       ORDER BY po.status DESC, po.updated_at DESC LIMIT 1
+  ) AS last ON true
+ WHERE card.status = 'Delisted' AND card.updated_at < %(cutoff)s;
 
 -- name: refused batch rows
 -- A refused batch's rows (lock_sql's arrays), one (id, table, row address) a row, for the culprit search to split.

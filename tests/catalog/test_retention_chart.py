@@ -52,21 +52,26 @@ def test_each_card_counts_on_the_day_its_retention_period_ends_from_the_cutoff_o
     delisted_project(datetime(2026, 7, 1, tzinfo=timezone.utc))  # the 31st: past the chart
     PropertyObjectCardFactory(status=CardStatus.HIDDEN, updated_at=NOW - timedelta(days=3))
 
-    days = count_becoming_deletable(Session(), cutoff=CUTOFF, retention=RETENTION, days=CHART_DAYS, time_zone="UTC")
+    counts = count_becoming_deletable(Session(), cutoff=CUTOFF, retention=RETENTION, days=CHART_DAYS, time_zone="UTC")
 
-    assert [day.day for day in days] == [date(2026, 6, 1) + timedelta(days=n) for n in range(CHART_DAYS)]
-    assert counted(days) == {date(2026, 6, 1): (2, 0), date(2026, 6, 2): (1, 0), date(2026, 6, 30): (0, 1)}
+    assert [day.day for day in counts.days] == [date(2026, 6, 1) + timedelta(days=n) for n in range(CHART_DAYS)]
+    assert counted(counts.days) == {date(2026, 6, 1): (2, 0), date(2026, 6, 2): (1, 0), date(2026, 6, 30): (0, 1)}
+    assert counts.later == DeletableOn(None, 0, 1)
+    # Every card within the retention window, for the page's backlog, which does not count them again.
+    within_window = counts.within_window(CUTOFF)
+    assert (within_window.property_objects.within_window, within_window.projects.within_window) == (3, 2)
+    assert (within_window.property_objects.overdue, within_window.projects.overdue) == (0, 0)
 
 
 def test_the_days_follow_the_retention_period():
     retention = timedelta(days=45)
     PropertyObjectCardFactory(status=CardStatus.DELISTED, updated_at=NOW - timedelta(days=40))
 
-    days = count_becoming_deletable(
+    counts = count_becoming_deletable(
         Session(), cutoff=NOW - retention, retention=retention, days=CHART_DAYS, time_zone="UTC"
     )
 
-    assert counted(days) == {date(2026, 6, 6): (1, 0)}
+    assert counted(counts.days) == {date(2026, 6, 6): (1, 0)}
 
 
 def test_the_days_are_the_catalogs_time_zones():
@@ -75,8 +80,10 @@ def test_the_days_are_the_catalogs_time_zones():
 
     in_moscow = count_becoming_deletable(
         Session(), cutoff=CUTOFF, retention=RETENTION, days=CHART_DAYS, time_zone="Europe/Moscow"
-    )
-    in_utc = count_becoming_deletable(Session(), cutoff=CUTOFF, retention=RETENTION, days=CHART_DAYS, time_zone="UTC")
+    ).days
+    in_utc = count_becoming_deletable(
+        Session(), cutoff=CUTOFF, retention=RETENTION, days=CHART_DAYS, time_zone="UTC"
+    ).days
 
     assert counted(in_moscow) == {date(2026, 6, 1): (1, 0), date(2026, 6, 2): (1, 0)}
     assert counted(in_utc) == {date(2026, 6, 1): (2, 0)}
@@ -86,7 +93,8 @@ def test_the_count_reads_only_the_partial_indexes_of_delisted_cards():
     with connection.cursor() as cursor:
         cursor.execute("SET LOCAL enable_seqscan = off")  # the test tables are tiny: ask for the index plan
         cursor.execute(
-            f"EXPLAIN {COUNT_BECOMING_DELETABLE}", {"cutoff": CUTOFF, "retention": RETENTION, "days": CHART_DAYS}
+            f"EXPLAIN {COUNT_BECOMING_DELETABLE}",
+            {"cutoff": CUTOFF, "retention": RETENTION, "days": CHART_DAYS, "time_zone": "UTC"},
         )
         plan = "\n".join(row[0] for row in cursor.fetchall())
 

@@ -187,9 +187,9 @@ def test_the_page_runs_no_dry_run_of_its_own(plain_staff_client):
         plain_staff_client.get(PAGE)
 
     assert not any("property_object_display_overrides" in query["sql"] for query in queries)
-    # The backlog: one chunk of each kind and one of the held-back projects (a small catalog); the projects held
-    # back after the overdue objects; the chart's next days.
-    assert sum("count(" in query["sql"].lower() for query in queries) == 5
+    # The chart's next days and the cards after them (every card within the window); the overdue cards of each kind;
+    # the projects held back now and after the overdue objects.
+    assert sum("count(" in query["sql"].lower() for query in queries) == 4
 
 
 def test_the_last_run_comes_from_the_metrics_textfile(plain_staff_client, settings, tmp_path):

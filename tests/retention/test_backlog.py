@@ -7,7 +7,7 @@ import pytest
 from catalog.models import CardStatus, ProjectCard, PropertyObjectCard
 from retention import backlog
 from retention.backlog import compute_cutoff, measure_backlog
-from retention.preview import held_back_after, preview_run
+from retention.preview import count_held_back, held_back_now_and_after, objects_taken, preview_run
 from retention.session import Session
 from tests.support import purge
 from tests.factories import ProjectCardFactory, PropertyObjectCardFactory
@@ -44,14 +44,42 @@ def catalog() -> None:
     PropertyObjectCardFactory(project_id=live_project.id, status=CardStatus.DELISTED, updated_at=RECENTLY)
 
 
+def held_back_after(*, cutoff: datetime, objects: int) -> int:
+    """The dry run's count: the overdue projects still held back once a run reaching `objects` overdue objects ends."""
+    with Session().transaction() as cursor:
+        return count_held_back(cursor, objects_taken(cursor, cutoff=cutoff, objects=objects))
+
+
 def test_the_counts_of_the_catalog():
     catalog()
 
     backlog = measure_backlog(Session(), cutoff=CUTOFF)
-    held_back_after_overdue_objects = held_back_after(Session(), cutoff=CUTOFF)
 
     assert (backlog.property_objects.overdue, backlog.projects.overdue) == (9, 6)
-    assert (backlog.projects.held_back, held_back_after_overdue_objects) == (4, 2)
+    assert (backlog.projects.held_back, held_back_after(cutoff=CUTOFF, objects=9)) == (4, 2)
+    assert held_back_now_and_after(Session(), cutoff=CUTOFF) == (4, 2)  # the admin page's one probe a project
+
+
+@pytest.mark.parametrize(
+    ("status", "updated_at", "held_back_after_overdue_objects"),
+    [
+        (CardStatus.PUBLISHED, LONG_AGO, 1),
+        (CardStatus.HIDDEN, LONG_AGO, 1),
+        (CardStatus.DELISTED, CUTOFF, 1),  # the cutoff itself is not overdue
+        (CardStatus.DELISTED, CUTOFF - timedelta(microseconds=1), 0),
+    ],
+)
+def test_the_pages_probe_of_a_project_agrees_with_the_rule(status, updated_at, held_back_after_overdue_objects):
+    """The admin page reads a project's last object in (status, updated_at) order; the job's rule asks for any."""
+    project = delisted_project(2)
+    PropertyObjectCardFactory(project_id=project, status=status, updated_at=updated_at)
+    delisted_project()
+    overdue_objects = measure_backlog(Session(), cutoff=CUTOFF).property_objects.overdue
+
+    counts = held_back_now_and_after(Session(), cutoff=CUTOFF)
+
+    assert counts == (1, held_back_after_overdue_objects)
+    assert counts[1] == held_back_after(cutoff=CUTOFF, objects=overdue_objects)
 
 
 @pytest.mark.parametrize("chunk", [1, 2, 4])
@@ -108,7 +136,7 @@ def test_the_preview_agrees_with_what_a_real_run_then_does(batch_size, max_batch
     cutoff = compute_cutoff(Session(), RETENTION, NOW)
     preview = preview_run(
         backlog=measure_backlog(Session(), cutoff=cutoff),
-        held_back_after_overdue_objects=held_back_after(Session(), cutoff=cutoff),
+        held_back_after_overdue_objects=held_back_now_and_after(Session(), cutoff=cutoff)[1],
         batch_size=batch_size, max_batches=max_batches,
     )
 
@@ -145,5 +173,6 @@ def test_held_back_after_some_objects_counts_the_projects_holding_an_object_the_
         taken = {card.id for card in overdue_objects[:objects]}
         expected = len({card.project_id for card in PropertyObjectCard.objects.all()
                         if card.project_id in overdue_projects and card.id not in taken})
-        assert held_back_after(Session(), cutoff=CUTOFF, objects=objects) == expected, objects
-    assert held_back_after(Session(), cutoff=CUTOFF) == held_back_after(Session(), cutoff=CUTOFF, objects=len(overdue_objects)) == 2
+        assert held_back_after(cutoff=CUTOFF, objects=objects) == expected, objects
+    all_of_them = held_back_after(cutoff=CUTOFF, objects=len(overdue_objects))
+    assert held_back_now_and_after(Session(), cutoff=CUTOFF)[1] == all_of_them == 2
