@@ -43,6 +43,8 @@ def roles_to_itself(django_db_setup) -> Iterator[None]:
 
 @pytest.fixture
 def staff_client(client, django_user_model):
-    user = django_user_model.objects.create_user("staff", password="pw", is_staff=True, is_superuser=True)
+    """Logged in by force_login, so the user needs no password: hashing one (PBKDF2, a quarter of a second of CPU)
+    cost the admin tests more than their requests."""
+    user = django_user_model.objects.create_user("staff", is_staff=True, is_superuser=True)
     client.force_login(user)
     return client

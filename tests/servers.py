@@ -131,6 +131,8 @@ listen_port = {port}
 unix_socket_dir =
 auth_type = trust
 auth_file = {directory / "users.txt"}
+; The admin console (database pgbouncer), where a test reads who waits for a server: pgbouncer_clients_waiting.
+admin_users = {target.username}
 pool_mode = {pool_mode}
 default_pool_size = {default_pool_size}
 server_round_robin = {server_round_robin}
@@ -153,6 +155,15 @@ server_reset_query = {server_reset_query}
         finally:
             process.terminate()
             process.wait(timeout=10)
+
+
+def pgbouncer_clients_waiting(url: str) -> int:
+    """How many clients of the PgBouncer at `url` (running_pgbouncer's) wait for a server: SHOW POOLS' cl_waiting,
+    read on its admin console."""
+    with psycopg.connect(url.rsplit("/", 1)[0] + "/pgbouncer", autocommit=True) as console:
+        cursor = console.execute("SHOW POOLS")
+        waiting = [column.name for column in cursor.description].index("cl_waiting")
+        return sum(row[waiting] for row in cursor.fetchall())
 
 
 @dataclass(frozen=True)

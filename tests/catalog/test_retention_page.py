@@ -41,7 +41,7 @@ def catalog(scale: int = 1) -> None:
 
 @pytest.fixture
 def plain_staff_client(client, django_user_model):
-    client.force_login(django_user_model.objects.create_user("oncall", password="pw", is_staff=True))
+    client.force_login(django_user_model.objects.create_user("oncall", is_staff=True))
     return client
 
 
@@ -152,7 +152,7 @@ def test_anonymous_users_are_sent_to_the_login_page(client):
 
 
 def test_users_who_are_not_staff_are_refused(client, django_user_model):
-    client.force_login(django_user_model.objects.create_user("visitor", password="pw"))
+    client.force_login(django_user_model.objects.create_user("visitor"))
 
     response = client.get(PAGE)
 

@@ -33,7 +33,7 @@ def admin_pages_without_arguments(patterns=None, prefix="/admin/") -> list[str]:
 @pytest.fixture(params=["anonymous", "logged in, not staff"])
 def outsider_client(request, client, django_user_model):
     if request.param == "logged in, not staff":
-        client.force_login(django_user_model.objects.create_user("visitor", password="pw", is_staff=False))
+        client.force_login(django_user_model.objects.create_user("visitor", is_staff=False))
     return client
 
 

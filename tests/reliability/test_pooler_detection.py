@@ -14,8 +14,9 @@ import pytest
 from catalog.models import PropertyObjectCard
 from retention.locks import POOL_SATURATED, POOLED
 from tests.factories import PropertyObjectCardFactory
-from tests.reliability.support import WAIT_SECONDS, job_lock_holders, one_error_line
+from tests.reliability.support import WAIT_SECONDS, job_lock_holders, one_error_line, wait_for
 from tests.reliability.test_pgbouncer import purge_through
+from tests.servers import pgbouncer_clients_waiting
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 TRIALS = 20
@@ -91,7 +92,7 @@ def test_a_saturated_session_pool_obeys_sigterm(pgbouncer):
     url, holders = saturated_session_pool(pgbouncer)
     try:
         job = purge_through(url)
-        time.sleep(3)  # started and waiting for a server
+        wait_for(lambda: pgbouncer_clients_waiting(url), what="the job waiting for a server of the pool")
         job.send_signal(signal.SIGTERM)
         signalled = time.monotonic()
         stdout, stderr = job.communicate(timeout=WAIT_SECONDS)

@@ -33,7 +33,7 @@ STOP_SECONDS = 5  # every wait of the job ends at most 5 s after SIGTERM
 BATCH_SIZE = 200
 CLEAN = BATCH_SIZE  # the first batch: overdue cards nobody refuses
 NOT_OVERDUE = 20  # of each kind: Delisted within the retention, Published
-REFUSAL_SLEEP = 0.005
+REFUSAL_SLEEP = 0.002
 REFUSALS = "public.stop_isolation_refusals"
 # The trigger counts a refusal, then sleeps, then refuses (tests.support.deletes_refused raises).
 SLOW_REFUSAL = (
