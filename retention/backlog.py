@@ -3,6 +3,7 @@ overdue projects held back by a remaining property-object card. Read-only, index
 indexes, in chunks in a run; how and why: docs/how-it-works.md, "The backlog counts".
 """
 
+import math
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
@@ -60,6 +61,13 @@ class Backlog:
     @property
     def overdue_cards(self) -> int:
         return self.property_objects.overdue + self.projects.overdue
+
+    def by_kind(self) -> dict[str, KindBacklog]:
+        return {"property_objects": self.property_objects, "projects": self.projects}
+
+    def nights_needed(self, cards_per_night: int) -> int:
+        """Nights of full runs to clear the overdue cards (more, if a night's run reaches its time limit first)."""
+        return math.ceil(self.overdue_cards / cards_per_night)
 
 
 def compute_cutoff(session: Session, retention: timedelta, now: datetime | None = None) -> datetime:

@@ -3,15 +3,11 @@ them, read by one code. The last run comes from the metrics sink the job writes,
 the job's role can write nothing but deletes.
 """
 
-import math
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
-
-from django.utils.timesince import timesince
 
 from retention import metrics
-from retention.backlog import Backlog, KindBacklog, compute_cutoff, measure_backlog
+from retention.backlog import Backlog, compute_cutoff, measure_backlog
 from retention.limits import PurgeLimits
 from retention.results import Outcome
 from retention.session import Session
@@ -49,27 +45,12 @@ class LastRun:
     trace_id: str | None
 
     @property
-    def ended_ago(self) -> str:
-        return how_long_ago(self.ended_at)
-
-    @property
-    def last_success_ago(self) -> str | None:
-        return self.last_success_at and how_long_ago(self.last_success_at)
-
-    @property
     def took(self) -> str:
         if self.duration_seconds < 1:
             return "under a second"
         if self.duration_seconds < 120:
             return f"{self.duration_seconds:.0f} seconds"
         return f"{self.duration_seconds / 60:.0f} minutes"
-
-
-def how_long_ago(moment: datetime) -> str:
-    """"just now" within the minute (timesince would say "0 minutes"), else "5 minutes ago", "2 days, 3 hours ago"."""
-    if datetime.now(UTC) - moment < timedelta(minutes=1):
-        return "just now"
-    return f"{timesince(moment)} ago"
 
 
 def last_run_of(reading: metrics.Reading, source: str) -> LastRun | None:
@@ -83,14 +64,16 @@ def last_run_of(reading: metrics.Reading, source: str) -> LastRun | None:
     def count(name: str, **labels: str) -> int:
         return int(reading.value(name, **labels) or 0)
 
-    success = reading.value(metrics.LAST_SUCCESS)
-    skipped = reading.value(metrics.LAST_LOCK_BUSY) or 0
-    info = reading.labels(metrics.LAST_RUN_INFO) or {}
+    def moment(name: str) -> datetime | None:
+        value = reading.value(name)
+        return None if value is None else datetime.fromtimestamp(value, UTC)
+
+    skipped_at, info = moment(metrics.LAST_LOCK_BUSY), reading.labels(metrics.LAST_RUN_INFO) or {}
     return LastRun(
         source=source,
         outcome=outcome,
         wording=OUTCOME_WORDING[outcome],
-        ended_at=datetime.fromtimestamp(ended, UTC),
+        ended_at=moment(metrics.LAST_RUN),
         duration_seconds=reading.value(metrics.LAST_RUN_DURATION) or 0.0,
         batches=count(metrics.LAST_RUN_BATCHES),
         deleted_property_object_cards=count(metrics.LAST_RUN_DELETED_CARDS, kind="property_object"),
@@ -100,8 +83,8 @@ def last_run_of(reading: metrics.Reading, source: str) -> LastRun | None:
             count(metrics.BACKLOG, kind="property_object", scope="overdue"),
             count(metrics.BACKLOG, kind="project", scope="overdue"),
         ),
-        last_success_at=None if success is None else datetime.fromtimestamp(success, UTC),
-        skipped_at=datetime.fromtimestamp(skipped, UTC) if skipped > ended else None,
+        last_success_at=moment(metrics.LAST_SUCCESS),
+        skipped_at=skipped_at if skipped_at and skipped_at.timestamp() > ended else None,
         run_id=info.get("run_id") or None,
         trace_id=info.get("trace_id") or None,
     )
@@ -131,11 +114,6 @@ def read_last_run() -> LastRunReading:
     return LastRunReading(None, names, problems)
 
 
-def nights_needed(backlog: Backlog, *, cards_per_night: int) -> int:
-    """Nights of full runs to clear the overdue cards (more, if a night's run reaches its time limit first)."""
-    return math.ceil(backlog.overdue_cards / cards_per_night)
-
-
 @dataclass(frozen=True)
 class LastRunReport:
     """`purge_delisted --last-run`: the last run as its sink holds it (or why none is known), and the backlog now
@@ -144,31 +122,24 @@ class LastRunReport:
     reading: LastRunReading
     backlog: Backlog
     cards_per_night: int
-    nights_needed: int
 
-    def by_kind(self) -> dict[str, KindBacklog]:
-        return {"property_objects": self.backlog.property_objects, "projects": self.backlog.projects}
-
-    def days_past_due(self, count: KindBacklog) -> float:
-        return count.overdue_age(self.backlog.cutoff) / timedelta(days=1)
-
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict:
         """The `--json` object: times in ISO 8601, how long the oldest overdue card is past due in days."""
-        run = self.reading.last_run
+        run, cutoff = self.reading.last_run, self.backlog.cutoff
         return {
             "last_run": run and {name: iso(value) for name, value in asdict(run).items()} | {"took": run.took},
             "sinks": self.reading.sinks,
             "sink_problems": self.reading.sink_problems,
-            "backlog": {"cutoff": self.backlog.cutoff.isoformat()} | {
+            "backlog": {"cutoff": cutoff.isoformat()} | {
                 kind: {
                     "delisted": count.delisted, "overdue": count.overdue, "held_back": count.held_back,
                     "oldest_delisted_at": iso(count.oldest_delisted_at),
-                    "days_past_due": round(self.days_past_due(count), 1),
+                    "days_past_due": round(count.overdue_age(cutoff) / timedelta(days=1), 1),
                 }
-                for kind, count in self.by_kind().items()
+                for kind, count in self.backlog.by_kind().items()
             },
             "cards_per_night": self.cards_per_night,
-            "nights_needed": self.nights_needed,
+            "nights_needed": self.backlog.nights_needed(self.cards_per_night),
         }
 
     def summary(self) -> str:
@@ -194,19 +165,20 @@ class LastRunReport:
             lines.append("last run: unknown, no metrics sink is set (DELISTED_RETENTION_METRICS_TEXTFILE, "
                          "PROMETHEUS_PUSHGATEWAY_URL)")
         lines.append(f"backlog: cards Delisted before {when(self.backlog.cutoff)} are overdue")
-        for kind, count in self.by_kind().items():
-            oldest = f", the oldest {self.days_past_due(count):.1f} days past due" if count.overdue else ""
+        for kind, count in self.backlog.by_kind().items():
+            past_due = count.overdue_age(self.backlog.cutoff) / timedelta(days=1)
+            oldest = f", the oldest {past_due:.1f} days past due" if count.overdue else ""
             waiting = f", {count.held_back:,} waiting for their property objects" if count.held_back else ""
             lines.append(
                 f"  {kind.replace('_', ' ')}: {count.overdue:,} overdue of {count.delisted:,} Delisted{oldest}{waiting}"
             )
-        if self.nights_needed:
-            lines.append(f"  {self.nights_needed:,} night{'' if self.nights_needed == 1 else 's'} to clear them at up "
-                         f"to {self.cards_per_night:,} cards a night")
+        if nights := self.backlog.nights_needed(self.cards_per_night):
+            lines.append(f"  {nights:,} night{'' if nights == 1 else 's'} to clear them at up to "
+                         f"{self.cards_per_night:,} cards a night")
         return "\n".join(lines)
 
 
-def iso(value: Any) -> Any:
+def iso(value):
     return value.isoformat() if isinstance(value, datetime) else value
 
 
@@ -218,8 +190,4 @@ def last_run_report(*, limits: PurgeLimits, using: str) -> LastRunReport:
     """The last run from the sinks the settings switch on, and the backlog counted now on `using` at `limits`."""
     session = Session(using)
     backlog = measure_backlog(session, cutoff=compute_cutoff(session, limits.retention))
-    cards_per_night = limits.batch_size * limits.max_batches
-    return LastRunReport(
-        reading=read_last_run(), backlog=backlog, cards_per_night=cards_per_night,
-        nights_needed=nights_needed(backlog, cards_per_night=cards_per_night),
-    )
+    return LastRunReport(read_last_run(), backlog, cards_per_night=limits.batch_size * limits.max_batches)

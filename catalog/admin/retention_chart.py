@@ -18,7 +18,6 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
 from retention.backlog import Backlog, KindBacklog
-from retention.last_run import nights_needed
 from retention.session import Session
 
 CHART_DAYS = 30
@@ -214,7 +213,7 @@ class BacklogChart:
         last_run_overdue: tuple[int, int] | None = None,
     ):
         self.cards_per_night = cards_per_night
-        self.nights_needed = nights_needed(backlog, cards_per_night=cards_per_night)
+        self.nights_needed = backlog.nights_needed(cards_per_night)
         self.overdue_now = Bar("now", "now", backlog.property_objects.overdue, backlog.projects.overdue)
         self.after_last_run = Bar("after-last-run", "after last run", *last_run_overdue) if last_run_overdue else None
         self.arriving = [

@@ -12,13 +12,15 @@ pages write them (catalog.admin.cards).
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.contrib import admin
 from django.db import connection, transaction
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
+from django.utils import timezone
+from django.utils.timesince import timesince
 
 from catalog.admin.cards import MOMENT_FORMAT, OverdueFilter, ReadOnlyAdmin, in_catalog_time_zone
 from catalog.admin.retention_chart import CHART_DAYS, BacklogChart, DeletableOn, count_becoming_deletable
@@ -97,6 +99,13 @@ def count_catalog(*, retention: timedelta, time_zone: str) -> CatalogCounts:
         )
 
 
+def how_long_ago(moment: datetime | None) -> str | None:
+    """"just now" within the minute (timesince would say "0 minutes"), else "5 minutes ago", "2 days, 3 hours ago"."""
+    if moment is None or timezone.now() - moment < timedelta(minutes=1):
+        return moment and "just now"
+    return f"{timesince(moment)} ago"
+
+
 def backlog_report(last_run: LastRun | None) -> dict:
     """The page's content at the limits the settings give (what the nightly run uses), with the overdue cards the
     last run left in the chart."""
@@ -171,6 +180,8 @@ class DelistedRetentionAdmin(ReadOnlyAdmin):
             },
             **backlog_report(reading.last_run),
             "last_run": reading.last_run,
+            "ended_ago": reading.last_run and how_long_ago(reading.last_run.ended_at),
+            "last_success_ago": reading.last_run and how_long_ago(reading.last_run.last_success_at),
             "sinks": reading.sinks,
             "sink_problems": reading.sink_problems,
         }
