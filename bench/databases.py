@@ -32,7 +32,8 @@ PARTIAL_INDEXES = (
 WORKER_TIMEOUT_SECONDS = 600
 
 # Delisted cards past the `keep` oldest overdue property objects move into the restore window (1..21 days ago),
-# in the same order and with the same shared moments, so a project and its cascaded objects stay equal (INV-5, docs/contract.md).
+# in the same order and with the same shared moments, so a project and its cascaded objects stay equal (INV-5,
+# docs/contract.md).
 TRIM_BACKLOG = """
 WITH boundary AS (
     SELECT updated_at AS first_kept_out, now() - %(retention)s AS cutoff

@@ -72,7 +72,8 @@ def advisory_lock_holders(key: int) -> list[int]:
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND classid = %(classid)s AND objid = %(objid)s"
-            " AND objsubid = 1 AND granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
+            " AND objsubid = 1 AND granted"
+            " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
             {"classid": (key >> 32) & 0xFFFFFFFF, "objid": key & 0xFFFFFFFF},
         )
         return [pid for (pid,) in cursor.fetchall()]

@@ -43,7 +43,8 @@ MOMENT_FORMAT = "Y-m-d H:i e"
 
 
 def moment(value: datetime) -> str:
-    """`value` as the catalog's admin writes it, in the time zone active while the page renders (in_catalog_time_zone)."""
+    """`value` as the catalog's admin writes it, in the time zone active while the page renders
+    (in_catalog_time_zone)."""
     return date_format(timezone.localtime(value), MOMENT_FORMAT)
 
 

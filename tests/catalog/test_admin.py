@@ -230,7 +230,9 @@ def test_deep_pages_list_every_card_once_newest_first_with_ties_broken_by_id(sta
 
 def test_a_delisted_cards_page_says_when_it_becomes_deletable(staff_client, settings):
     settings.DELISTED_RETENTION_PERIOD_DAYS = 30
-    delisted = PropertyObjectCardFactory(status=CardStatus.DELISTED, updated_at=datetime(2026, 1, 10, 12, 0, tzinfo=UTC))
+    delisted = PropertyObjectCardFactory(
+        status=CardStatus.DELISTED, updated_at=datetime(2026, 1, 10, 12, 0, tzinfo=UTC)
+    )
     published = PropertyObjectCardFactory()
 
     delisted_page = staff_client.get(admin_url(PropertyObjectCard, "change", delisted.pk)).content.decode()
@@ -261,7 +263,8 @@ def test_prices_have_thousands_separators_and_kopecks_only_when_there_are_some(s
     prices = re.findall(r'<td class="field-price_shown">([^<]*)</td>', listed)
     assert sorted(prices) == ["1,234,567.50", "44,232,000"]
     card_page = staff_client.get(admin_url(PropertyObjectCard, "change", PropertyObjectCard.objects.first().pk))
-    assert re.search(r'Price:</label>\s*<div class="readonly">(1,234,567.50|44,232,000)</div>', card_page.content.decode())
+    price = r'Price:</label>\s*<div class="readonly">(1,234,567.50|44,232,000)</div>'
+    assert re.search(price, card_page.content.decode())
 
 
 def test_the_overdue_filter_lists_the_cards_the_job_deletes(staff_client, settings):

@@ -100,7 +100,8 @@ def test_no_warning_while_the_oldest_overdue_card_is_within_the_goal(plain_staff
 
 
 def test_the_goal_is_the_one_the_alert_fires_past():
-    rules = yaml.safe_load((PROJECT_ROOT / "deploy" / "prometheus" / "catalog-delisted-retention.rules.yml").read_text())
+    rules_file = PROJECT_ROOT / "deploy" / "prometheus" / "catalog-delisted-retention.rules.yml"
+    rules = yaml.safe_load(rules_file.read_text())
     recorded = {
         rule["record"]: rule["expr"] for group in rules["groups"] for rule in group["rules"] if "record" in rule
     }

@@ -167,7 +167,7 @@ def test_the_page_numbers_the_steps_this_test_follows():
 
 
 def test_the_production_page_followed_on_a_fresh_server(fresh_server, pushgateway, tmp_path):
-    psql = installed_tool("psql", f"postgresql-client-{POSTGRES_MAJOR}", path=POSTGRES_BINDIR)
+    installed_tool("psql", f"postgresql-client-{POSTGRES_MAJOR}", path=POSTGRES_BINDIR)  # the page's steps run it
     here = f"127.0.0.1:{fresh_server.port}"
     superuser = ["-h", "127.0.0.1", "-p", str(fresh_server.port), "-U", "postgres"]
 

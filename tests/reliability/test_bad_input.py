@@ -104,7 +104,9 @@ def overdue_catalog():
 
 
 @pytest.mark.parametrize("option", OPTIONS)
-def test_a_bad_option_value_is_rejected_in_one_line_naming_the_option(overdue_catalog, run_in_process, subtests, option):
+def test_a_bad_option_value_is_rejected_in_one_line_naming_the_option(
+    overdue_catalog, run_in_process, subtests, option
+):
     bad_values = {**out_of_range_values(option.replace("-", "_").upper()), **NOT_WHOLE_NUMBERS}
     for kind, value in bad_values.items():
         with subtests.test(kind, value=value):

@@ -40,7 +40,9 @@ def catalog() -> None:
     delisted_project()
     delisted_project()
     live_project = ProjectCardFactory()
-    PropertyObjectCardFactory.create_batch(2, project_id=live_project.id, status=CardStatus.DELISTED, updated_at=LONG_AGO)
+    PropertyObjectCardFactory.create_batch(
+        2, project_id=live_project.id, status=CardStatus.DELISTED, updated_at=LONG_AGO
+    )
     PropertyObjectCardFactory(project_id=live_project.id, status=CardStatus.DELISTED, updated_at=RECENTLY)
 
 

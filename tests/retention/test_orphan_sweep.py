@@ -7,7 +7,9 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from catalog.models import BuildingDisplayOverride, PropertyObjectDisplayOverride
-from tests.factories import BuildingDisplayOverrideFactory, PropertyObjectCardFactory, PropertyObjectDisplayOverrideFactory
+from tests.factories import (
+    BuildingDisplayOverrideFactory, PropertyObjectCardFactory, PropertyObjectDisplayOverrideFactory,
+)
 from tests.support import purge
 
 pytestmark = pytest.mark.django_db

@@ -255,7 +255,8 @@ def test_cards_list_partitioned_by_status_under_live_restores_the_run_completes_
         with Restorer() as restores:
             result = purge(batch_size=100, on_batch=per_batch.append)
 
-        retries = [record for record in caplog.records if record.getMessage() == "batch retried after a transient error"]
+        retried = "batch retried after a transient error"
+        retries = [record for record in caplog.records if record.getMessage() == retried]
         assert result.stop_reason in (StopReason.COMPLETED, StopReason.MAX_BATCHES), result.error
         assert result.outcome is not Outcome.FAILED, result.error
         assert max(per_batch) <= 100 and sum(per_batch) == result.deleted_property_object_cards

@@ -237,13 +237,15 @@ def test_batches_take_the_oldest_overdue_cards_first():
     ("limit", "value", "message"),
     [
         ("retention", timedelta(0), "retention period must be greater than 0 and at most 36500 days, got 0 days"),
-        ("retention", timedelta(days=-1), "retention period must be greater than 0 and at most 36500 days, got -1 days"),
+        ("retention", timedelta(days=-1),
+         "retention period must be greater than 0 and at most 36500 days, got -1 days"),
         ("retention", 30, "retention must be timedelta(days=…), got int 30"),
         ("batch_size", 0, "batch size must be between 1 and 10000, got 0"),
         ("batch_size", 10_001, "batch size must be between 1 and 10000, got 10001"),
         ("batch_size", "2000", "batch_size must be a number, got str '2000'"),
         ("max_batches", 0, "max batches per run must be between 1 and 1000000, got 0"),
-        ("max_duration", timedelta(0), "max run duration must be greater than 0 and at most 86400 seconds, got 0 seconds"),
+        ("max_duration", timedelta(0),
+         "max run duration must be greater than 0 and at most 86400 seconds, got 0 seconds"),
     ],
 )
 def test_invalid_limits_are_rejected_before_anything_is_touched(limit, value, message):

@@ -25,7 +25,8 @@ def between(sql: str, start: str, end: str) -> str:
 
 def test_every_statement_in_the_file_is_one_the_code_sends():
     named_in_code = {
-        name for source in RETENTION.rglob("*.py") for name in re.findall(r'STATEMENTS\["([^"]+)"\]', source.read_text())
+        name for source in RETENTION.rglob("*.py")
+        for name in re.findall(r'STATEMENTS\["([^"]+)"\]', source.read_text())
     }
     of_phases = {
         statement for phase in phases.PHASES
