@@ -68,12 +68,13 @@ def last_run_of(reading: metrics.Reading, source: str) -> LastRun | None:
         value = reading.value(name)
         return None if value is None else datetime.fromtimestamp(value, UTC)
 
-    skipped_at, info = moment(metrics.LAST_LOCK_BUSY), reading.labels(metrics.LAST_RUN_INFO) or {}
+    ended_at, skipped_at = moment(metrics.LAST_RUN), moment(metrics.LAST_LOCK_BUSY)
+    info = reading.labels(metrics.LAST_RUN_INFO) or {}
     return LastRun(
         source=source,
         outcome=outcome,
         wording=OUTCOME_WORDING[outcome],
-        ended_at=moment(metrics.LAST_RUN),
+        ended_at=ended_at,
         duration_seconds=reading.value(metrics.LAST_RUN_DURATION) or 0.0,
         batches=count(metrics.LAST_RUN_BATCHES),
         deleted_property_object_cards=count(metrics.LAST_RUN_DELETED_CARDS, kind="property_object"),
@@ -84,7 +85,7 @@ def last_run_of(reading: metrics.Reading, source: str) -> LastRun | None:
             count(metrics.BACKLOG, kind="project", scope="overdue"),
         ),
         last_success_at=moment(metrics.LAST_SUCCESS),
-        skipped_at=skipped_at if skipped_at and skipped_at.timestamp() > ended else None,
+        skipped_at=skipped_at if skipped_at and skipped_at > ended_at else None,
         run_id=info.get("run_id") or None,
         trace_id=info.get("trace_id") or None,
     )

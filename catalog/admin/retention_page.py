@@ -99,10 +99,10 @@ def count_catalog(*, retention: timedelta, time_zone: str) -> CatalogCounts:
         )
 
 
-def how_long_ago(moment: datetime | None) -> str | None:
+def how_long_ago(moment: datetime) -> str:
     """"just now" within the minute (timesince would say "0 minutes"), else "5 minutes ago", "2 days, 3 hours ago"."""
-    if moment is None or timezone.now() - moment < timedelta(minutes=1):
-        return moment and "just now"
+    if timezone.now() - moment < timedelta(minutes=1):
+        return "just now"
     return f"{timesince(moment)} ago"
 
 
@@ -168,6 +168,7 @@ class DelistedRetentionAdmin(ReadOnlyAdmin):
 
     def retention_page(self, request):
         reading = read_last_run()
+        run = reading.last_run
         overdue = f"?{OverdueFilter.parameter_name}=overdue"
         context = {
             **self.admin_site.each_context(request),
@@ -178,10 +179,10 @@ class DelistedRetentionAdmin(ReadOnlyAdmin):
                 "property_objects": reverse("admin:catalog_propertyobjectcard_changelist") + overdue,
                 "projects": reverse("admin:catalog_projectcard_changelist") + overdue,
             },
-            **backlog_report(reading.last_run),
-            "last_run": reading.last_run,
-            "ended_ago": reading.last_run and how_long_ago(reading.last_run.ended_at),
-            "last_success_ago": reading.last_run and how_long_ago(reading.last_run.last_success_at),
+            **backlog_report(run),
+            "last_run": run,
+            "ended_ago": run and how_long_ago(run.ended_at),
+            "last_success_ago": run and run.last_success_at and how_long_ago(run.last_success_at),
             "sinks": reading.sinks,
             "sink_problems": reading.sink_problems,
         }
