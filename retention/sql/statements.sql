@@ -157,9 +157,11 @@ WITH batch AS (
 deleted_overrides AS (
     DELETE FROM catalog.building_display_overrides AS override
      WHERE override.ctid = ANY(ARRAY(SELECT ctid FROM batch))
-       AND (NOT (SELECT relhassubclass FROM pg_class WHERE oid = 'catalog.building_display_overrides'::regclass)
+       AND (NOT (SELECT relhassubclass FROM pg_class
+                  WHERE oid = 'catalog.building_display_overrides'::regclass)
             OR (override.tableoid, override.ctid) IN (SELECT tableoid, ctid FROM batch))
-       AND NOT EXISTS (SELECT FROM catalog.project_cards AS card WHERE card.id = override.project_id)
+       AND NOT EXISTS (SELECT FROM catalog.project_cards AS card
+                        WHERE card.id = override.project_id)
     RETURNING 1
 ),
 last AS (
@@ -191,9 +193,11 @@ WITH batch AS (
 deleted_overrides AS (
     DELETE FROM catalog.building_display_overrides AS override
      WHERE override.ctid = ANY(ARRAY(SELECT ctid FROM batch))
-       AND (NOT (SELECT relhassubclass FROM pg_class WHERE oid = 'catalog.building_display_overrides'::regclass)
+       AND (NOT (SELECT relhassubclass FROM pg_class
+                  WHERE oid = 'catalog.building_display_overrides'::regclass)
             OR (override.tableoid, override.ctid) IN (SELECT tableoid, ctid FROM batch))
-       AND NOT EXISTS (SELECT FROM catalog.project_cards AS card WHERE card.id = override.project_id)
+       AND NOT EXISTS (SELECT FROM catalog.project_cards AS card
+                        WHERE card.id = override.project_id)
     RETURNING 1
 )
 SELECT 0, (SELECT count(*) FROM deleted_overrides);

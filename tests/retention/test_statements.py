@@ -1,6 +1,6 @@
 """retention/sql/statements.sql holds every statement the job and its readers send, and the code reads them from there
-(retention.statements): no statement in it is dead, and the statements that redo a refused batch in parts are the
-batch's own, word for word."""
+(retention.statements): no statement in it is dead, the statements that redo a refused batch in parts are the
+batch's own, word for word, and the statements written out once per kind of card are the same but for its names."""
 
 import re
 from pathlib import Path
@@ -53,3 +53,26 @@ def test_a_refused_batch_is_locked_and_deleted_as_the_batch_was(phase):
 def test_a_comment_line_is_for_the_reader_and_not_sent():
     statements = read_statements("-- the file's header\n\n-- name: one\n-- why it is so\nSELECT 1\n  -- sent\n;\n")
     assert statements == {"one": "SELECT 1\n  -- sent"}
+
+
+# Written once per kind of card: the project cards' (and building overrides') statement is the property objects'
+# with these names in place of theirs.
+PROPERTY_OBJECT_NAMES_TO_PROJECT = {
+    "property_object_display_overrides": "building_display_overrides",
+    "property_object_cards": "project_cards",
+    "property_object_id": "project_id",
+}
+TWINS = [
+    (f"backlog: property_object_cards, {size}", f"backlog: project_cards, {size}") for size in ("in chunks", "whole")
+] + [
+    (f"orphan_property_object_overrides.{kind}", f"orphan_building_overrides.{kind}")
+    for kind in ("scan_sql", "batch_sql", "lock_sql", "delete_sql")
+]
+
+
+@pytest.mark.parametrize(("property_objects", "projects"), TWINS, ids=[twin for _, twin in TWINS])
+def test_a_statement_written_for_each_kind_is_the_same_but_for_its_names(property_objects, projects):
+    renamed = STATEMENTS[property_objects]
+    for name, project_name in PROPERTY_OBJECT_NAMES_TO_PROJECT.items():
+        renamed = renamed.replace(name, project_name)
+    assert renamed == STATEMENTS[projects]
