@@ -25,7 +25,6 @@ from config.logging import carried, first_line, syslog_prefixed
 from config.numbers import decimal_number, whole_number
 from config.tracing import FLUSH_BOUND_SECONDS, cut_flush, flush_traces
 from config.version import VERSION
-from retention.backlog import Backlog
 from retention.last_run import last_run_report
 from retention.limits import LIMIT_OF_FIELD, LIMITS, Limit, PurgeLimits, PurgeLimitsError, number
 from retention.results import Outcome, PurgeFailed, PurgeResult, StopReason
@@ -176,8 +175,8 @@ class Command(BaseCommand):
         with stop_on_signals() as stop, progress_bar(enabled=show_progress) as progress:
             try:
                 result = purge_delisted_cards(
-                    limits, dry_run=options["dry_run"], stop=stop, on_start=progress.start,
-                    on_batch=progress.update, using=using, run_id=self.run_id,
+                    limits, dry_run=options["dry_run"], stop=stop, using=using, run_id=self.run_id,
+                    on_start=lambda backlog: progress.reset(total=backlog.overdue_cards), on_batch=progress.update,
                 )
             except PurgeFailed as failure:
                 self.result = failure.result
@@ -213,32 +212,13 @@ def summary(result: PurgeResult) -> str:
     )
 
 
-class ProgressBar:
-    """For a person at a terminal: a bar over the cards overdue when the run starts (the run's own start count), on
-    stderr, with log lines printed above it. Cron, pipes, --json and --dry-run get nothing extra."""
-
-    def __init__(self, enabled: bool):
-        self.enabled = enabled
-        self.bar = None
-
-    def start(self, backlog: Backlog) -> None:
-        if self.enabled:
-            self.bar = tqdm(total=backlog.overdue_cards, unit="cards", desc="purge_delisted", file=sys.stderr)
-
-    def update(self, deleted: int) -> None:
-        if self.bar is not None:
-            self.bar.update(deleted)
-
-
 @contextmanager
-def progress_bar(*, enabled: bool) -> Iterator[ProgressBar]:
-    progress = ProgressBar(enabled)
-    with logging_redirect_tqdm() if enabled else nullcontext():
-        try:
-            yield progress
-        finally:
-            if progress.bar is not None:
-                progress.bar.close()
+def progress_bar(*, enabled: bool) -> Iterator[tqdm]:
+    """For a person at a terminal: on stderr, a count of cards until the run's start count gives the bar its total,
+    with log lines printed above it. Cron, pipes, --json and --dry-run get nothing extra."""
+    bar = tqdm(unit="cards", desc="purge_delisted", file=sys.stderr, disable=not enabled)
+    with logging_redirect_tqdm() if enabled else nullcontext(), bar:
+        yield bar
 
 
 @contextmanager
