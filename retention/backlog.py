@@ -17,18 +17,6 @@ HELD_BACK_CHUNK = 2_000
 KINDS = {"property_object_cards": "property_objects", "project_cards": "projects"}  # table: Backlog field
 
 
-def delisted_statement(cards: str, *, in_chunks: bool) -> str:
-    """A kind's Delisted cards and the overdue among them; with count_within_window false the scan stops at the
-    cutoff, and the entries are the overdue cards alone. The first entry is the oldest Delisted card either way (the
-    whole statement reads it off the index even when none is overdue)."""
-    return STATEMENTS[f"backlog: {cards}, {'in chunks' if in_chunks else 'whole'}"]
-
-
-def held_back_statement(*, in_chunks: bool) -> str:
-    """The overdue projects and those held back by a remaining property-object card."""
-    return STATEMENTS[f"backlog: held back, {'in chunks' if in_chunks else 'whole'}"]
-
-
 @dataclass(frozen=True)
 class KindBacklog:
     delisted: int
@@ -91,17 +79,18 @@ def measure_backlog(
         raise ValueError("within_window_from was counted at another cutoff")
     params = {"cutoff": cutoff, "count_within_window": within_window_from is None}
     entry_chunk, project_chunk = (COUNT_CHUNK, HELD_BACK_CHUNK) if in_chunks else (None, None)
+    way = "in chunks" if in_chunks else "whole"  # the statements of each way: retention/sql/statements.sql
     kinds = {}
     for cards, kind in KINDS.items():
         start = within_window_from and getattr(within_window_from, kind)
         kinds[cards] = count_in_chunks(
-            session, delisted_statement(cards, in_chunks=in_chunks), params, entry_chunk,
+            session, STATEMENTS[f"backlog: {cards}, {way}"], params, entry_chunk,
             until=[end for end in start.chunk_ends if end < cutoff] if start else [],
         )
         if start:
             kinds[cards] = replace(kinds[cards], delisted=kinds[cards].delisted + start.within_window)
     held_back = (
-        count_in_chunks(session, held_back_statement(in_chunks=in_chunks), params, project_chunk).overdue
+        count_in_chunks(session, STATEMENTS[f"backlog: held back, {way}"], params, project_chunk).overdue
         if count_held_back else None
     )
     return Backlog(

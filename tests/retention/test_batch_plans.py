@@ -10,11 +10,12 @@ import pytest
 from django.db import connection
 
 from catalog.demo_data import seed_demo_data
-from retention.backlog import COUNT_CHUNK, delisted_statement, measure_backlog
-from retention.session import Session
+from retention.backlog import COUNT_CHUNK, measure_backlog
 from retention.phases import (
     ORPHAN_BUILDING_OVERRIDES, ORPHAN_OBJECT_OVERRIDES, SCAN_CHUNK, PROJECTS, PROPERTY_OBJECTS,
 )
+from retention.session import Session
+from retention.statements import STATEMENTS
 
 pytestmark = pytest.mark.django_db
 
@@ -161,7 +162,7 @@ def test_the_end_count_reads_only_the_overdue_entries_of_the_partial_indexes(dem
 
     read = tuple(
         rows_read_from(f"{cards}_delisted_updated_at_idx",
-                       plan_nodes(delisted_statement(cards, in_chunks=True), params, analyze=True))
+                       plan_nodes(STATEMENTS[f"backlog: {cards}, in chunks"], params, analyze=True))
         for cards in ("property_object_cards", "project_cards")
     )
 

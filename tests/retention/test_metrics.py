@@ -289,7 +289,7 @@ def test_stopped_and_has_more_runs_are_the_last_runs_outcome(textfile, limits, o
 
 def backlog_counts(queries) -> list[str]:
     """The backlog counts a run made: the statements counting the Delisted property objects, one chunk each on a
-    small catalog (retention.backlog.delisted_statement)."""
+    small catalog (retention/sql/statements.sql, "backlog: property_object_cards, in chunks")."""
     return [q["sql"] for q in queries.captured_queries
             if "SELECT id, updated_at FROM catalog.property_object_cards" in q["sql"]]
 

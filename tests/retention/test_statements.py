@@ -32,10 +32,9 @@ def test_every_statement_in_the_file_is_one_the_code_sends():
         statement for phase in phases.PHASES
         for statement in (phase.batch_sql, phase.lock_sql, phase.delete_sql, phase.scan_sql) if statement
     }
-    of_backlog = {
-        statement for in_chunks in (True, False)
-        for statement in (backlog.held_back_statement(in_chunks=in_chunks),
-                          *(backlog.delisted_statement(cards, in_chunks=in_chunks) for cards in backlog.KINDS))
+    of_backlog = {  # named as retention.backlog.measure_backlog names them
+        STATEMENTS[f"backlog: {counted}, {way}"] for counted in (*backlog.KINDS, "held back")
+        for way in ("in chunks", "whole")
     }
     sent = {STATEMENTS[name] for name in named_in_code} | of_phases | of_backlog
     assert {name for name, sql in STATEMENTS.items() if sql not in sent} == set()
