@@ -25,7 +25,7 @@ from retention.bounds import orphan_ended_within
 from retention.limits import PurgeLimits
 from retention.locks import PooledSessionError, PoolSaturated, advisory_lock, prove_holder
 from retention.metrics import EXPORT_TIMEOUT_SECONDS, RunMetrics
-from retention.pacing import ReplicaLagHidden, wait_for_replicas
+from retention.pacing import ReplicaLagHidden, replica_lag
 from retention.phases import CARD_PHASES, PHASES, PROJECTS, PROPERTY_OBJECTS, SCAN_CHUNK, Phase
 from retention.preview import preview_purge
 from retention.results import DELETED_COUNTS, Culprit, Outcome, PurgeFailed, PurgeResult, StopReason, within_json
@@ -51,6 +51,7 @@ UNDEFINED_OBJECT_STATES = ("42P01", "3F000")  # undefined table, invalid schema 
 TRANSIENT_STATES = ("40001", "40P01")
 BATCH_ATTEMPTS = 5
 RETRY_BACKOFF = 0.1  # seconds before the second attempt, doubled before each next one
+REPLICA_LAG_POLL = 0.5  # seconds between two looks at the standbys' lag while the run waits for them
 IDS_PER_LOG_LINE = 150  # ~6 KB of uuids: every log line stays under 8 KiB
 CULPRITS_LISTED = 20  # culprits logged one by one and carried in the result; the rest are only counted
 # More culprits than this in one run is no longer a few poison cards but a systemic refusal: the run stops.
@@ -283,7 +284,7 @@ def run_phases(session: JobSession, run: Run, on_batch: Callable[[int], None]) -
                 session.check()
                 if run.batches >= session.limits.max_batches:
                     raise StopRun(StopReason.MAX_BATCHES)
-                wait_for_replicas_if_asked(session, run)
+                wait_for_replicas(session, run)
                 only_ids = scan.next_candidates(session, run) if scan else None
                 if only_ids == []:
                     break  # the scan found no candidate left
@@ -341,25 +342,29 @@ class CandidateScan:
         return batch
 
 
-def wait_for_replicas_if_asked(session: JobSession, run: Run) -> None:
-    """With max_replica_lag set, let the standbys catch up before a batch (retention.pacing); StopRun when they stay
-    behind for longer than replica_lag_wait."""
-    max_lag = session.limits.max_replica_lag
+def wait_for_replicas(session: JobSession, run: Run) -> None:
+    """With max_replica_lag set, let the standbys catch up before a batch: poll the slowest one's lag
+    (retention.pacing) until it is within max_replica_lag. StopRun when they stay behind for longer than
+    replica_lag_wait, and on a stop or at the run's end."""
+    max_lag, started = session.limits.max_replica_lag, time.monotonic()
     if not max_lag:
         return
+    max_wait = min(session.limits.replica_lag_wait, session.left()).total_seconds()
     with traced("replica_lag_wait", {"retention.limit.max_replica_lag": max_lag.total_seconds()}):
-        wait = wait_for_replicas(session, max_lag=max_lag, max_wait=session.limits.replica_lag_wait)
-    waited = wait.waited.total_seconds()
+        while (lag := replica_lag(session)) is not None and lag > max_lag:
+            waited = time.monotonic() - started
+            if waited >= max_wait or not session.sleep(min(REPLICA_LAG_POLL, max_wait - waited)):
+                break
+    waited, caught_up = time.monotonic() - started, lag is None or lag <= max_lag
     run.replica_lag_wait += waited
     if waited > 0.01:
         session.log.info(
-            "waited for the standbys" if wait.caught_up else "the standbys stayed behind",
-            extra={"waited_seconds": round(waited, 3),
-                   "replica_lag_seconds": wait.last_lag and round(wait.last_lag.total_seconds(), 3),
+            "waited for the standbys" if caught_up else "the standbys stayed behind",
+            extra={"waited_seconds": round(waited, 3), "replica_lag_seconds": lag and round(lag.total_seconds(), 3),
                    "max_replica_lag_seconds": max_lag.total_seconds()},
         )
     session.check()  # a stop, or the run's time, ended the wait
-    if not wait.caught_up:
+    if not caught_up:
         raise StopRun(StopReason.REPLICA_LAG)
 
 

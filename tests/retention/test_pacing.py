@@ -8,8 +8,11 @@ from datetime import timedelta
 import psycopg
 import pytest
 
-from retention.pacing import ReplicaLagHidden, replica_lag, wait_for_replicas
-from retention.session import Session, StopRequest
+from retention.pacing import ReplicaLagHidden, replica_lag
+from retention.results import StopReason
+from retention.service import Run, wait_for_replicas
+from retention.session import JobSession, Session
+from retention.stopping import StopRequest, StopRun
 from tests.reliability.support import wait_for
 from tests.support import job_session
 from tests.servers import Replica, database_alias
@@ -48,53 +51,65 @@ def lag_beyond_max_lag(replica: Replica, primary: str) -> timedelta:
         return wait_for(lag_once_written, what=f"the paused standby to lag more than {MAX_LAG}")
 
 
+def wait_for_replicas_of(session: JobSession) -> Run:
+    """The run's wait for the standbys before a batch, on `session`'s limits; the run, with the time it waited."""
+    run = Run()
+    wait_for_replicas(session, run)
+    return run
+
+
 @pytest.mark.django_db
 def test_without_a_standby_there_is_no_lag_and_no_wait():
     assert replica_lag(Session()) is None
 
-    wait = wait_for_replicas(job_session(), max_lag=timedelta(0), max_wait=BOUNDED_WAIT)
+    run = wait_for_replicas_of(job_session(max_replica_lag=MAX_LAG, replica_lag_wait=BOUNDED_WAIT))
 
-    assert (wait.caught_up, wait.last_lag) == (True, None)
+    assert run.replica_lag_wait < 0.5
 
 
 def test_a_standby_replaying_along_is_within_the_limit(primary):
-    wait = wait_for_replicas(job_session(using=primary), max_lag=timedelta(seconds=5), max_wait=BOUNDED_WAIT)
+    assert replica_lag(Session(primary)) is not None
 
-    assert wait.caught_up
-    assert wait.last_lag is not None
+    run = wait_for_replicas_of(job_session(using=primary, max_replica_lag=timedelta(seconds=5),
+                                           replica_lag_wait=BOUNDED_WAIT))
+
+    assert run.replica_lag_wait < 0.5
 
 
 def test_a_paused_standby_lags_more_and_more_and_the_wait_runs_out(replica, primary, paused_replay):
     lag_before = lag_beyond_max_lag(replica, primary)
+    session = job_session(using=primary, max_replica_lag=MAX_LAG, replica_lag_wait=timedelta(seconds=1))
+    run = Run()
 
-    wait = wait_for_replicas(job_session(using=primary), max_lag=MAX_LAG, max_wait=timedelta(seconds=1))
+    with pytest.raises(StopRun) as stopped:
+        wait_for_replicas(session, run)
 
-    assert not wait.caught_up
-    assert wait.waited >= timedelta(seconds=1)
-    assert wait.last_lag > lag_before  # it grows with no WAL written meanwhile, not frozen at the last reply
+    assert stopped.value.reason is StopReason.REPLICA_LAG
+    assert run.replica_lag_wait >= 1
+    assert replica_lag(Session(primary)) > lag_before  # it grows with no WAL written meanwhile, not frozen at a reply
 
 
 def test_the_wait_ends_caught_up_once_replay_resumes(replica, primary, paused_replay):
     lag_beyond_max_lag(replica, primary)
     replica.resume_replay()
 
-    wait = wait_for_replicas(job_session(using=primary), max_lag=MAX_LAG, max_wait=BOUNDED_WAIT)
+    wait_for_replicas_of(job_session(using=primary, max_replica_lag=MAX_LAG, replica_lag_wait=BOUNDED_WAIT))
 
-    assert wait.caught_up
-    assert wait.last_lag <= MAX_LAG
+    assert replica_lag(Session(primary)) <= MAX_LAG
 
 
 def test_a_stop_request_ends_the_wait(replica, primary, paused_replay):
     lag_beyond_max_lag(replica, primary)
     stop = StopRequest()
     threading.Timer(0.5, stop.request).start()
+    session, run = job_session(using=primary, stop=stop, max_replica_lag=MAX_LAG, replica_lag_wait=BOUNDED_WAIT), Run()
 
-    with job_session(using=primary, stop=stop).running() as session:
-        wait = wait_for_replicas(session, max_lag=MAX_LAG, max_wait=BOUNDED_WAIT)
+    with session.running(), pytest.raises(StopRun) as stopped:
+        wait_for_replicas(session, run)
 
-    assert not wait.caught_up
-    assert wait.waited < timedelta(seconds=5)
-    assert wait.last_lag > MAX_LAG
+    assert stopped.value.reason is StopReason.STOPPED
+    assert 0.4 < run.replica_lag_wait < 5
+    assert replica_lag(Session(primary)) > MAX_LAG
 
 
 def test_a_role_that_cannot_see_the_standbys_is_refused_not_told_there_is_no_lag(replica, django_db_blocker):
