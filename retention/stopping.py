@@ -34,25 +34,24 @@ class StopRun(Exception):
 
 class StopRequest:
     """A graceful stop, asked by SIGTERM/SIGINT (the command) or by a caller, and the run's deadline (its session
-    sets it). `request` only sets a flag, which is safe in a signal handler; the watcher wakes the run's sleeps."""
+    sets it). `request` only notes the moment, which is safe in a signal handler; the watcher wakes the run's sleeps."""
 
     def __init__(self):
-        self._requested, self.requested_at, self.deadline = False, math.inf, math.inf
+        self.requested_at, self.deadline = math.inf, math.inf
         self._awake, self._guard = threading.Event(), threading.Lock()
         self._flight = None  # Django's connection, as the run's thread has it, while the session runs work on it
         self._began, self._cancelled, self._cut = 0.0, False, False
 
     def request(self) -> None:
-        self.requested_at = time.monotonic()
-        self._requested = True
+        self.requested_at = min(self.requested_at, time.monotonic())  # a second signal does not put the end off
 
     @property
     def requested(self) -> bool:
-        return self._requested
+        return self.requested_at < math.inf
 
     def end_by(self) -> float:
         """When the run must end (monotonic seconds): at the stop request or the deadline, whichever comes first."""
-        return min(self.requested_at if self._requested else math.inf, self.deadline)
+        return min(self.requested_at, self.deadline)
 
     def exit_wait(self, bound: float) -> float:
         """How long a wait on the way out may take: `bound`, cut to end EXIT_BOUND after the run's end."""
@@ -85,7 +84,7 @@ class StopRequest:
 
     def _watch(self, done: threading.Event) -> None:
         while not done.wait(WATCH_EVERY):
-            if self._requested:
+            if self.requested:
                 self._awake.set()
             with self._guard:
                 end_by, now = self.end_by(), time.monotonic()

@@ -89,3 +89,14 @@ def test_a_read_begun_after_the_stop_is_given_a_grace_then_interrupted_too():
             cursor.execute("SELECT pg_sleep(30)")
     assert stopped.value.reason is StopReason.STOPPED
     assert 1.5 < time.monotonic() - started < 3.5
+
+
+def test_a_second_signal_does_not_put_the_run_s_end_off():
+    stop = StopRequest()
+    stop.request()
+    first = stop.end_by()
+    time.sleep(0.01)
+
+    stop.request()  # a second Ctrl-C, or SIGTERM after SIGINT
+
+    assert stop.end_by() == first
