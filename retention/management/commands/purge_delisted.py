@@ -212,11 +212,15 @@ def summary(result: PurgeResult) -> str:
     )
 
 
+class ProgressBar(tqdm):
+    monitor_interval = 0  # no tqdm monitor thread: the stop watcher stays the run's one helper thread
+
+
 @contextmanager
-def progress_bar(*, enabled: bool) -> Iterator[tqdm]:
+def progress_bar(*, enabled: bool) -> Iterator[ProgressBar]:
     """For a person at a terminal: on stderr, a count of cards until the run's start count gives the bar its total,
     with log lines printed above it. Cron, pipes, --json and --dry-run get nothing extra."""
-    bar = tqdm(unit="cards", desc="purge_delisted", file=sys.stderr, disable=not enabled)
+    bar = ProgressBar(unit="cards", desc="purge_delisted", file=sys.stderr, disable=not enabled)
     with logging_redirect_tqdm() if enabled else nullcontext(), bar:
         yield bar
 
