@@ -381,29 +381,33 @@ def delete_batch(
     session: JobSession, run: Run, phase: Phase, after: tuple, only_ids: list[str] | None
 ) -> BatchOutcome:
     """One batch, one transaction, one statement: lock the oldest overdue rows after the key `after` (of those
-    of `only_ids`), delete them, prove it ran on the lock's session. Counted in the run when it commits. A transient
-    error (TRANSIENT_STATES) runs the batch again, up to BATCH_ATTEMPTS in all, before it fails the run; a refusal
-    for a data reason redoes it in parts to isolate its culprits, the refusal the batch span's error."""
+    of `only_ids`), delete them, prove it ran on the lock's session. Counted in the run when it commits. A refusal
+    for a data reason redoes it in parts to isolate its culprits, the refusal the batch span's error. A transient
+    error (TRANSIENT_STATES), in the batch or its isolation, runs it again, up to BATCH_ATTEMPTS in all, skipping
+    the culprits found so far, before it fails the run."""
     after_at, after_id = after
     params = {
         "cutoff": run.cutoff, "batch_size": session.limits.batch_size, "after_at": after_at, "after_id": after_id,
         "only_ids": None if only_ids is None else array_literal(only_ids),
-        "skipped_ids": array_literal([c.card_id for c in run.culprits if c.phase == phase.name]),
     }
     for attempt in range(1, BATCH_ATTEMPTS + 1):
+        params["skipped_ids"] = array_literal([c.card_id for c in run.culprits if c.phase == phase.name])
         deleted_cards = None
         try:
-            with session.transaction(writes=True) as cursor:
-                cursor.execute(phase.batch_sql, params)
-                selected, deleted_cards, deleted_overrides, backend_pid, marker, *last_key = cursor.fetchone()
-                prove_holder(session, backend_pid, marker)
-            break
-        except DatabaseError as error:
-            if is_data_error(error):
+            try:
+                with session.transaction(writes=True) as cursor:
+                    cursor.execute(phase.batch_sql, params)
+                    selected, deleted_cards, deleted_overrides, backend_pid, marker, *last_key = cursor.fetchone()
+                    prove_holder(session, backend_pid, marker)
+            except DatabaseError as error:
+                if not is_data_error(error):
+                    raise
                 failed(trace.get_current_span(), error)
                 outcome = isolate_culprits(session, run, phase, error, params)
                 stop_if_systemic(session, run, phase, outcome, error)
                 return outcome
+            break
+        except DatabaseError as error:
             if sqlstate(error) in TRANSIENT_STATES and attempt < BATCH_ATTEMPTS and not session.lost:
                 wait_to_retry(session, run, phase, error, attempt)
                 continue

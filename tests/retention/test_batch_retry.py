@@ -6,6 +6,7 @@ to another partition: tests/retention/test_partitioned_catalog.py."""
 import logging
 
 import pytest
+from django.db import connection
 
 from catalog.models import CardStatus, PropertyObjectCard, PropertyObjectDisplayOverride
 from retention.results import Outcome, PurgeFailed, StopReason
@@ -97,3 +98,45 @@ def test_a_stop_during_the_backoff_ends_the_run_stopped_without_another_attempt(
     )
     assert len(records(caplog, RETRIED)) == 1 and not records(caplog, "batch failed")
     assert PropertyObjectCard.objects.filter(status=CardStatus.DELISTED).count() == 5
+
+
+# A culprit refused for a data reason, and the first other card deleted after that refusal a serialization failure:
+# it comes while the culprits are isolated. Sequences count, as their nextval survives a rollback.
+CULPRIT_THEN_ONE_TRANSIENT_ERROR = """
+    CREATE SEQUENCE public.culprit_seen;
+    CREATE SEQUENCE public.transient_raised;
+    CREATE FUNCTION public.refuse_delete() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        IF OLD.id = %(culprit)s THEN
+            PERFORM nextval('public.culprit_seen');
+            RAISE EXCEPTION 'culprit of the test %%', OLD.id USING ERRCODE = 'P0001';
+        END IF;
+        IF (SELECT is_called FROM public.culprit_seen) AND nextval('public.transient_raised') = 1 THEN
+            RAISE EXCEPTION 'transient error of the test' USING ERRCODE = '40001';
+        END IF;
+        RETURN OLD;
+    END $$;
+    CREATE TRIGGER refuse_delete BEFORE DELETE ON catalog.property_object_cards
+        FOR EACH ROW EXECUTE FUNCTION public.refuse_delete();
+"""
+
+
+def test_a_transient_error_while_culprits_are_isolated_runs_the_batch_again_and_it_deletes_the_rest(overdue_cards):
+    culprit = overdue_cards[2]
+    with connection.cursor() as cursor:
+        cursor.execute(CULPRIT_THEN_ONE_TRANSIENT_ERROR, {"culprit": str(culprit.id)})
+    try:
+        with pytest.raises(PurgeFailed) as failure:
+            purge(batch_size=10)
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("DROP TRIGGER refuse_delete ON catalog.property_object_cards;"
+                           " DROP FUNCTION public.refuse_delete();"
+                           " DROP SEQUENCE public.culprit_seen; DROP SEQUENCE public.transient_raised")
+
+    result = failure.value.result
+    assert [found.card_id for found in result.culprits] == [str(culprit.id)]
+    assert (result.batch_retries, result.deleted_property_object_cards, result.deleted_property_object_overrides) == (
+        1, 4, 4,
+    )
+    assert list(PropertyObjectCard.objects.values_list("id", flat=True)) == [culprit.id]
