@@ -89,6 +89,9 @@ class Command(BaseCommand):
         parser = super().create_parser(prog_name, subcommand, allow_abbrev=False, epilog=EXIT_CODES, **kwargs)
         parser.__class__ = OneLineErrorParser  # BaseCommand.create_parser has no hook for the parser class
         parser.formatter_class = HelpFormatter
+        # Django's "raise on CommandError": the run's errors reach run_from_argv, which ends the run on them
+        # (Command.fail), instead of Django printing them.
+        parser.set_defaults(traceback=True)
         return parser
 
     def add_arguments(self, parser):
@@ -121,21 +124,12 @@ class Command(BaseCommand):
                     fields["trace_id"] = current_trace_id()
                     try:
                         super().run_from_argv(argv)
-                    except CommandError as error:  # a bad option: the parser's
+                    except CommandError as error:  # a bad option or setting, a failed run
                         self.fail(error)
                     except Exception as error:
                         self.fail(CommandError(f"unexpected error: {first_line(error)}", returncode=1), bug=True)
             finally:
                 flush_traces()
-
-    def execute(self, *args, **options):
-        """From the command line, an error is the run's final line (Command.fail) instead of a printed one."""
-        try:
-            return super().execute(*args, **options)
-        except CommandError as error:
-            if not self._called_from_command_line:
-                raise
-            self.fail(error)
 
     def fail(self, error: CommandError, *, bug: bool = False):
         """End the run on `error`, within its span: the final line (one line, in the log format; a bug's with its
