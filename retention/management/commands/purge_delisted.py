@@ -118,9 +118,10 @@ class Command(BaseCommand):
         are parsed and until after the final line; every line carries the run id and the trace id, the trace flush's
         warning at the end included. A bug is logged with its traceback and ends the run as an error too."""
         self.json_wanted = "--json" in argv[2:]  # before parsing: a bad option answers in JSON as well
+        runs = "--last-run" not in argv[2:]  # which only reads: no run, so no run span in the traces
         with carried(run_id=str(self.run_id)) as fields:
             try:
-                with run_span(self.run_id):
+                with run_span(self.run_id) if runs else nullcontext():
                     fields["trace_id"] = current_trace_id()
                     try:
                         super().run_from_argv(argv)
