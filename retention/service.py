@@ -196,10 +196,15 @@ def describe_failure(error: Exception, session: JobSession, run: Run) -> str:
             error=first_line(error), free_by=free_by.isoformat(timespec="seconds"),
             unknown_commit=UNKNOWN_COMMIT.format(**run.unknown_commit) if run.unknown_commit else "",
         )
+    return database_problem(error, session.using)
+
+
+def database_problem(error: Exception, using: str) -> str:
+    """A database error in one line, a missing schema and an unreachable server in an operator's words."""
     if sqlstate(error) in UNDEFINED_OBJECT_STATES:
-        return SCHEMA_MISSING.format(alias=session.using)
+        return SCHEMA_MISSING.format(alias=using)
     if sqlstate(error) is None and isinstance(error, OperationalError):
-        return DATABASE_UNREACHABLE.format(alias=session.using, error=first_line(error))
+        return DATABASE_UNREACHABLE.format(alias=using, error=first_line(error))
     return first_line(error)
 
 

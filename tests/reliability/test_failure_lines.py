@@ -18,8 +18,13 @@ from tests.support import database_url_of_tests, deletes_refused, free_loopback_
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 
-def test_an_unreachable_database_is_one_line_and_exit_1():
-    job = run_purge(DATABASE_URL=f"postgres://postgres@127.0.0.1:{free_loopback_port()}/catalog")
+# The run, and --last-run, which counts the backlog on the same database.
+RUN_OR_LAST_RUN = pytest.mark.parametrize("options", [(), ("--last-run",)], ids=["run", "last-run"])
+
+
+@RUN_OR_LAST_RUN
+def test_an_unreachable_database_is_one_line_and_exit_1(options):
+    job = run_purge(*options, DATABASE_URL=f"postgres://postgres@127.0.0.1:{free_loopback_port()}/catalog")
 
     assert job.returncode == 1
     [line] = job.stderr.strip().splitlines()
@@ -39,14 +44,15 @@ def test_a_server_that_accepts_and_never_answers_is_one_line_within_the_connect_
     assert CONNECT_TIMEOUT <= took < CONNECT_TIMEOUT + 20
 
 
-def test_a_database_without_the_catalog_schema_is_one_line_saying_run_migrate():
+@RUN_OR_LAST_RUN
+def test_a_database_without_the_catalog_schema_is_one_line_saying_run_migrate(options):
     name = f"{connection.settings_dict['NAME']}_empty"
     server = database_url_of_tests().rsplit("/", 1)[0]  # the test database's server, a Unix socket's too
     with psycopg.connect(f"{server}/postgres", autocommit=True) as admin:
         admin.execute(f'DROP DATABASE IF EXISTS "{name}"')
         admin.execute(f'CREATE DATABASE "{name}"')
         try:
-            job = run_purge(DATABASE_URL=f"{server}/{name}")
+            job = run_purge(*options, DATABASE_URL=f"{server}/{name}")
         finally:
             admin.execute(f'DROP DATABASE "{name}"')
 

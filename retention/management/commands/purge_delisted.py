@@ -17,6 +17,7 @@ from contextlib import contextmanager, nullcontext
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser, DjangoHelpFormatter
+from django.db import DatabaseError
 from opentelemetry import trace
 from tqdm import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
@@ -28,7 +29,7 @@ from config.version import VERSION
 from retention.last_run import last_run_report
 from retention.limits import LIMIT_OF_FIELD, LIMITS, Limit, PurgeLimits, PurgeLimitsError, number
 from retention.results import Outcome, PurgeFailed, PurgeResult, StopReason
-from retention.service import job_database, purge_delisted_cards
+from retention.service import database_problem, job_database, purge_delisted_cards
 from retention.stopping import StopRequest
 from retention.spans import current_trace_id, failed, result_attributes, run_span
 
@@ -159,7 +160,10 @@ class Command(BaseCommand):
                 returncode=2,
             )
         if options["last_run"]:
-            report = last_run_report(limits=limits, using=using)
+            try:
+                report = last_run_report(limits=limits, using=using)
+            except DatabaseError as error:
+                raise CommandError(database_problem(error, using), returncode=1) from None
             self.stdout.write(json.dumps(report.as_dict()) if options["json"] else report.summary())
             return
         verbosity = options["verbosity"]
