@@ -132,8 +132,9 @@ class JobSession(Session):
 
     @contextmanager
     def transaction(self, *, writes: bool = False) -> Iterator:
-        """A transaction under the run's bounds; a writing one sends no statement once the run must stop. Ended by
-        the run's end: StopRun, after a rollback. A lost connection sets `lost`."""
+        """Statements under the run's bounds: a writing transaction (BEGIN ... COMMIT), which sends no statement once
+        the run must stop; without `writes`, each statement commits on its own, two round trips fewer for a read.
+        Ended by the run's end: StopRun, after a rollback. A lost connection sets `lost`."""
         if writes:
             self.check()
         connection = connections[self.using]
@@ -155,11 +156,12 @@ class JobSession(Session):
         try:
             with self.stop.flying(connection), connection.execute_wrapper(stop_before) if writes else nullcontext():
                 try:
-                    with transaction.atomic(using=self.using), connection.cursor() as cursor:
+                    begun = transaction.atomic(using=self.using) if writes else nullcontext()
+                    with begun, connection.cursor() as cursor:
                         self._bound(cursor, session)
                         yield cursor
                 except BaseException as error:
-                    self._timed = (None, timedelta.max)  # rolled back: a SET in the transaction is undone
+                    self._timed = (None, timedelta.max)  # a SET in a transaction rolled back is undone
                     if isinstance(error, DatabaseError) and (session.closed or session.broken):
                         self.lost = True
                         if str(error) == NO_NEW_CONNECTION and isinstance(error.__context__, DatabaseError):

@@ -95,3 +95,11 @@ def test_the_timeouts_are_set_once_for_the_session_not_in_every_transaction():
         message for message in trace if message.startswith("F") and "set_config('statement_timeout'" in message
     ]
     assert len(settings_statements) == 1, settings_statements
+
+
+def test_only_the_batches_are_begun_and_committed_each_read_is_one_round_trip():
+    trace = traced_run(batches=2)
+
+    begun = transactions(trace)
+    assert len(begun) == 2 + 1  # the batches, then the one that finds the phase dry: the counts, scans, lock are not
+    assert all(any("DELETE FROM" in statement for statement in statements) for statements in begun), begun
