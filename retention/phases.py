@@ -16,13 +16,12 @@ class Phase:
     """One kind of row the job deletes, in batches. `batch_sql`: a batch, one statement that locks its rows FOR UPDATE
     SKIP LOCKED, deletes them and their overrides, and returns the counts, the session it ran on and its last row's
     key. A batch resumes after the key of the batch before the phase's previous one (`first_key` at first).
-    `lock_sql` and `delete_sql` redo a batch refused for a data reason in parts. `scan_sql` (projects, orphans)
+    `lock_sql` locks a batch refused for a data reason again, to redo it in parts. `scan_sql` (projects, orphans)
     finds the candidates the batches take, in chunks, outside any row-locking transaction."""
 
     name: str
     batch_sql: str
     lock_sql: str
-    delete_sql: str
     scan_sql: str | None
     deleted_overrides: str  # the PurgeResult field its overrides count into
     deleted_cards: str | None  # the PurgeResult field its cards count into; None: it deletes overrides only
@@ -32,7 +31,7 @@ class Phase:
 def phase(name: str, **fields) -> Phase:
     """The phase whose statements are named `<name>.batch_sql` and so on; it scans for candidates when the file has
     a `<name>.scan_sql`."""
-    statements = {kind: STATEMENTS[f"{name}.{kind}"] for kind in ("batch_sql", "lock_sql", "delete_sql")}
+    statements = {kind: STATEMENTS[f"{name}.{kind}"] for kind in ("batch_sql", "lock_sql")}
     return Phase(name, **statements, scan_sql=STATEMENTS.get(f"{name}.scan_sql"), **fields)
 
 

@@ -451,7 +451,7 @@ def ids_of_failed_batch(session: JobSession, phase: Phase, params: dict) -> list
     try:
         with session.transaction() as cursor:
             cursor.execute(phase.lock_sql, params)
-            batch_ids = cursor.fetchone()[1]
+            batch_ids = cursor.fetchone()[0]
     except (DatabaseError, psycopg.Error, StopRun):
         return []
     return parse_array(batch_ids) if batch_ids else []
@@ -474,34 +474,28 @@ def count_batch(session: JobSession, run: Run, phase: Phase, outcome: BatchOutco
 
 def isolate_culprits(session: JobSession, run: Run, phase: Phase, error: DatabaseError, params: dict) -> BatchOutcome:
     """Redo a batch that failed for a data reason in one transaction, under the same lock, limits and session:
-    lock its rows again (its transaction rolled back whole), log its ids, then delete them in halves, each under a
-    savepoint, halving every part that fails until each card that cannot be deleted alone is isolated. The failed
-    attempt and this transaction together count as one batch."""
+    lock its rows again (its transaction rolled back whole), log its ids, then run the batch's own statement on
+    halves of them, each under a savepoint, halving every part that fails until each card that cannot be deleted
+    alone is isolated. The failed attempt and this transaction together count as one batch."""
     deleted_cards = deleted_overrides = 0
     with traced("isolate_culprits", {"retention.phase": phase.name}), session.transaction(writes=True) as cursor:
         cursor.execute(phase.lock_sql, params)
-        selected, batch_ids, tables, row_addresses, backend_pid, marker = cursor.fetchone()
+        batch_ids, backend_pid, marker = cursor.fetchone()
         prove_holder(session, backend_pid, marker)
-        log_batch_failure(session, run, phase, error, parse_array(batch_ids) if batch_ids else [])
-        cursor.execute(STATEMENTS["refused batch rows"],
-                       {"ids": batch_ids or "{}", "tables": tables or "{}", "row_addresses": row_addresses or "{}"})
-        pending = [(cursor.fetchall(), error)] if selected else []
+        batch = parse_array(batch_ids) if batch_ids else []
+        log_batch_failure(session, run, phase, error, batch)
+        pending = [(batch, error)] if batch else []
         while pending:
-            cards, error = pending.pop()
-            if len(cards) == 1:
-                record_culprit(session, run, phase, cards[0][0], error)
+            ids, error = pending.pop()
+            if len(ids) == 1:
+                record_culprit(session, run, phase, ids[0], error)
                 continue
-            half = len(cards) // 2
-            for part in (cards[:half], cards[half:]):
+            half = len(ids) // 2
+            for part in (ids[:half], ids[half:]):
                 try:
                     with transaction.atomic(using=session.using):  # a savepoint: a failing part undoes itself
-                        cursor.execute(phase.delete_sql, {
-                            # A row address "(page,item)" holds a comma: quoted as an array element.
-                            "row_addresses": array_literal([f'"{address}"' for _, _, address in part]),
-                            "tables": array_literal([table for _, table, _ in part]),
-                            "ids": array_literal([card_id for card_id, _, _ in part]), "cutoff": run.cutoff,
-                        })
-                        part_cards, part_overrides = cursor.fetchone()
+                        cursor.execute(phase.batch_sql, params | {"only_ids": array_literal(part)})
+                        _, part_cards, part_overrides, *_ = cursor.fetchone()
                 except DatabaseError as part_error:
                     if not is_data_error(part_error):
                         raise
@@ -510,7 +504,7 @@ def isolate_culprits(session: JobSession, run: Run, phase: Phase, error: Databas
                 deleted_cards += part_cards
                 deleted_overrides += part_overrides
     return count_batch(session, run, phase, BatchOutcome(
-        selected=selected or 0, deleted_cards=deleted_cards, deleted_overrides=deleted_overrides
+        selected=len(batch), deleted_cards=deleted_cards, deleted_overrides=deleted_overrides
     ))
 
 

@@ -92,11 +92,10 @@ SELECT (SELECT count(*) FROM batch), 0, (SELECT count(*) FROM deleted_overrides)
        (SELECT created_at FROM last), (SELECT id FROM last);
 
 -- name: orphan_property_object_overrides.lock_sql
--- The culprit search: a batch refused for a data reason is locked again (it rolled back whole), its rows'
--- (id, table, row address) returned as arrays, and deleted in parts (delete_sql) to isolate the rows that fail.
--- Its SELECT is the batch's, word for word (tests/retention/test_statements.py).
-SELECT count(*), array_agg(id)::text, array_agg(tableoid)::text, array_agg(ctid)::text,
-       pg_backend_pid(), current_setting('purge_delisted.run_id', true)
+-- The culprit search: a batch refused for a data reason is locked again (it rolled back whole) and its ids returned;
+-- the batch statement then runs again on parts of them (its %(only_ids)s) to isolate the rows that fail. Its SELECT
+-- is the batch's, word for word (tests/retention/test_statements.py).
+SELECT array_agg(id)::text, pg_backend_pid(), current_setting('purge_delisted.run_id', true)
   FROM (
     SELECT id, tableoid, ctid, created_at FROM catalog.property_object_display_overrides AS override
      WHERE id = ANY(%(only_ids)s::bigint[])
@@ -107,24 +106,6 @@ SELECT count(*), array_agg(id)::text, array_agg(tableoid)::text, array_agg(ctid)
      LIMIT %(batch_size)s
        FOR UPDATE SKIP LOCKED
   ) AS batch;
-
--- name: orphan_property_object_overrides.delete_sql
--- A part of a refused batch, by (table, row address), its predicate repeated as the batch's DELETE has it.
-WITH batch AS (
-    SELECT unnest(%(tables)s::oid[]) AS tableoid, unnest(%(row_addresses)s::tid[]) AS ctid,
-           unnest(%(ids)s::bigint[]) AS id
-),
-deleted_overrides AS (
-    DELETE FROM catalog.property_object_display_overrides AS override
-     WHERE override.ctid = ANY(ARRAY(SELECT ctid FROM batch))
-       AND (NOT (SELECT relhassubclass FROM pg_class
-                  WHERE oid = 'catalog.property_object_display_overrides'::regclass)
-            OR (override.tableoid, override.ctid) IN (SELECT tableoid, ctid FROM batch))
-       AND NOT EXISTS (SELECT FROM catalog.property_object_cards AS card
-                        WHERE card.id = override.property_object_id)
-    RETURNING 1
-)
-SELECT 0, (SELECT count(*) FROM deleted_overrides);
 
 -- name: orphan_building_overrides.scan_sql
 WITH chunk AS (
@@ -172,8 +153,7 @@ SELECT (SELECT count(*) FROM batch), 0, (SELECT count(*) FROM deleted_overrides)
        (SELECT created_at FROM last), (SELECT id FROM last);
 
 -- name: orphan_building_overrides.lock_sql
-SELECT count(*), array_agg(id)::text, array_agg(tableoid)::text, array_agg(ctid)::text,
-       pg_backend_pid(), current_setting('purge_delisted.run_id', true)
+SELECT array_agg(id)::text, pg_backend_pid(), current_setting('purge_delisted.run_id', true)
   FROM (
     SELECT id, tableoid, ctid, created_at FROM catalog.building_display_overrides AS override
      WHERE id = ANY(%(only_ids)s::bigint[])
@@ -184,23 +164,6 @@ SELECT count(*), array_agg(id)::text, array_agg(tableoid)::text, array_agg(ctid)
      LIMIT %(batch_size)s
        FOR UPDATE SKIP LOCKED
   ) AS batch;
-
--- name: orphan_building_overrides.delete_sql
-WITH batch AS (
-    SELECT unnest(%(tables)s::oid[]) AS tableoid, unnest(%(row_addresses)s::tid[]) AS ctid,
-           unnest(%(ids)s::bigint[]) AS id
-),
-deleted_overrides AS (
-    DELETE FROM catalog.building_display_overrides AS override
-     WHERE override.ctid = ANY(ARRAY(SELECT ctid FROM batch))
-       AND (NOT (SELECT relhassubclass FROM pg_class
-                  WHERE oid = 'catalog.building_display_overrides'::regclass)
-            OR (override.tableoid, override.ctid) IN (SELECT tableoid, ctid FROM batch))
-       AND NOT EXISTS (SELECT FROM catalog.project_cards AS card
-                        WHERE card.id = override.project_id)
-    RETURNING 1
-)
-SELECT 0, (SELECT count(*) FROM deleted_overrides);
 
 -- name: property_objects.batch_sql
 -- The property-object cards: the oldest overdue first, those locked elsewhere skipped, the predicate repeated in
@@ -238,8 +201,7 @@ SELECT (SELECT count(*) FROM batch), (SELECT count(*) FROM deleted_cards), (SELE
        (SELECT updated_at FROM last), (SELECT id FROM last);
 
 -- name: property_objects.lock_sql
-SELECT count(*), array_agg(id)::text, array_agg(tableoid)::text, array_agg(ctid)::text,
-       pg_backend_pid(), current_setting('purge_delisted.run_id', true)
+SELECT array_agg(id)::text, pg_backend_pid(), current_setting('purge_delisted.run_id', true)
   FROM (
     SELECT id, tableoid, ctid, updated_at FROM catalog.property_object_cards AS card
      WHERE status = 'Delisted' AND updated_at < %(cutoff)s
@@ -250,25 +212,6 @@ SELECT count(*), array_agg(id)::text, array_agg(tableoid)::text, array_agg(ctid)
      LIMIT %(batch_size)s
        FOR UPDATE SKIP LOCKED
   ) AS batch;
-
--- name: property_objects.delete_sql
-WITH batch AS (
-    SELECT unnest(%(tables)s::oid[]) AS tableoid, unnest(%(row_addresses)s::tid[]) AS ctid,
-           unnest(%(ids)s::uuid[]) AS id
-),
-deleted_cards AS (
-    DELETE FROM catalog.property_object_cards AS card
-     WHERE card.ctid = ANY(ARRAY(SELECT ctid FROM batch))
-       AND (NOT (SELECT relhassubclass FROM pg_class WHERE oid = 'catalog.property_object_cards'::regclass)
-            OR (card.tableoid, card.ctid) IN (SELECT tableoid, ctid FROM batch))
-       AND card.status = 'Delisted' AND card.updated_at < %(cutoff)s
-    RETURNING card.id
-), deleted_overrides AS (
-    DELETE FROM catalog.property_object_display_overrides
-     WHERE property_object_id = ANY(ARRAY(SELECT id FROM deleted_cards))
-    RETURNING 1
-)
-SELECT (SELECT count(*) FROM deleted_cards), (SELECT count(*) FROM deleted_overrides);
 
 -- name: projects.scan_sql
 -- A project goes only once no property-object card is left under it. The candidates, scanned in chunks: overdue
@@ -326,8 +269,7 @@ SELECT (SELECT count(*) FROM batch), (SELECT count(*) FROM deleted_cards), (SELE
        (SELECT updated_at FROM last), (SELECT id FROM last);
 
 -- name: projects.lock_sql
-SELECT count(*), array_agg(id)::text, array_agg(tableoid)::text, array_agg(ctid)::text,
-       pg_backend_pid(), current_setting('purge_delisted.run_id', true)
+SELECT array_agg(id)::text, pg_backend_pid(), current_setting('purge_delisted.run_id', true)
   FROM (
     SELECT id, tableoid, ctid, updated_at FROM catalog.project_cards AS card
      WHERE status = 'Delisted' AND updated_at < %(cutoff)s
@@ -339,29 +281,6 @@ SELECT count(*), array_agg(id)::text, array_agg(tableoid)::text, array_agg(ctid)
      LIMIT %(batch_size)s
        FOR UPDATE SKIP LOCKED
   ) AS batch;
-
--- name: projects.delete_sql
-WITH batch AS (
-    SELECT unnest(%(tables)s::oid[]) AS tableoid, unnest(%(row_addresses)s::tid[]) AS ctid,
-           unnest(%(ids)s::uuid[]) AS id
-),
-holding AS (
-    SELECT catalog.projects_with_property_objects(ARRAY(SELECT id FROM batch)) AS ids
-),
-deleted_cards AS (
-    DELETE FROM catalog.project_cards AS card
-     WHERE card.ctid = ANY(ARRAY(SELECT ctid FROM batch))
-       AND (NOT (SELECT relhassubclass FROM pg_class WHERE oid = 'catalog.project_cards'::regclass)
-            OR (card.tableoid, card.ctid) IN (SELECT tableoid, ctid FROM batch))
-       AND card.status = 'Delisted' AND card.updated_at < %(cutoff)s
-       AND card.id <> ALL((SELECT ids FROM holding)::uuid[])
-    RETURNING card.id
-), deleted_overrides AS (
-    DELETE FROM catalog.building_display_overrides
-     WHERE project_id = ANY(ARRAY(SELECT id FROM deleted_cards))
-    RETURNING 1
-)
-SELECT (SELECT count(*) FROM deleted_cards), (SELECT count(*) FROM deleted_overrides);
 
 -- name: backlog: property_object_cards, in chunks
 -- A run's count, one chunk: the Delisted entries after %(after)s up to %(until)s (only the overdue ones when
@@ -493,10 +412,6 @@ SELECT count(last.status),
        ORDER BY po.status DESC, po.updated_at DESC LIMIT 1
   ) AS last ON true
  WHERE card.status = 'Delisted' AND card.updated_at < %(cutoff)s;
-
--- name: refused batch rows
--- A refused batch's rows (lock_sql's arrays), one (id, table, row address) a row, for the culprit search to split.
-SELECT unnest(%(ids)s::text[]), unnest(%(tables)s::oid[])::text, unnest(%(row_addresses)s::tid[])::text;
 
 -- name: foreign partition
 -- The layout a run refuses: a foreign table among the partitions (or inheritance children, at any depth) of a

@@ -166,7 +166,7 @@ def test_a_culprit_search_on_cards_hash_partitioned_by_id_deletes_only_the_refus
             purge(batch_size=200, max_batches=2, on_batch=per_batch.append)
         result = failure.value.result
 
-        # Each batch redone in halves by (table, row address): its 4 culprits left, its 196 others deleted.
+        # Each batch redone in halves, its own statement on half its ids: its 4 culprits left, its 196 others deleted.
         assert result.outcome is Outcome.FAILED and result.culprit_count == 8
         assert per_batch == [196, 196] and result.deleted_property_object_cards == 392
         assert ids_of("property_object_cards") == (set(oldest_first) - set(oldest_first[:400])) | (
