@@ -340,7 +340,7 @@ class CandidateScan:
                     "orphan_sweep_window": session.limits.orphan_sweep_window,
                 })
                 scanned, found, *last = cursor.fetchone()
-            self.candidates += parse_array(found) if found else []
+            self.candidates += parse_array(found)
             self.exhausted = scanned < SCAN_CHUNK
             self.after = tuple(last)
         batch, self.candidates = self.candidates[:batch_size], self.candidates[batch_size:]
@@ -454,7 +454,7 @@ def ids_of_failed_batch(session: JobSession, phase: Phase, params: dict) -> list
             batch_ids = cursor.fetchone()[0]
     except (DatabaseError, psycopg.Error, StopRun):
         return []
-    return parse_array(batch_ids) if batch_ids else []
+    return parse_array(batch_ids)
 
 
 def count_batch(session: JobSession, run: Run, phase: Phase, outcome: BatchOutcome) -> BatchOutcome:
@@ -482,7 +482,7 @@ def isolate_culprits(session: JobSession, run: Run, phase: Phase, error: Databas
         cursor.execute(phase.lock_sql, params)
         batch_ids, backend_pid, marker = cursor.fetchone()
         prove_holder(session, backend_pid, marker)
-        batch = parse_array(batch_ids) if batch_ids else []
+        batch = parse_array(batch_ids)
         log_batch_failure(session, run, phase, error, batch)
         pending = [(batch, error)] if batch else []
         while pending:
@@ -573,5 +573,6 @@ def array_literal(values: list[str]) -> str:
     return "{" + ",".join(values) + "}"
 
 
-def parse_array(literal: str) -> list[str]:
-    return literal.strip("{}").split(",") if literal not in ("{}", "") else []
+def parse_array(literal: str | None) -> list[str]:
+    """The elements of an array literal, as array_agg(...)::text gives it: NULL (no row) too is no element."""
+    return literal.strip("{}").split(",") if literal not in (None, "{}", "") else []
