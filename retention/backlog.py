@@ -32,12 +32,12 @@ class KindBacklog:
         """Delisted, not yet overdue."""
         return self.delisted - self.overdue
 
-    def overdue_age(self, cutoff: datetime) -> timedelta:
-        """How long the oldest overdue card has been past the cutoff; zero when none is overdue. The oldest
+    def days_past_due(self, cutoff: datetime) -> float:
+        """How long the oldest overdue card has been past the cutoff, in days; 0 when none is overdue. The oldest
         Delisted card is overdue whenever any is, so no query beyond the backlog's own aggregate."""
         if self.oldest_delisted_at is None or self.oldest_delisted_at >= cutoff:
-            return timedelta(0)
-        return cutoff - self.oldest_delisted_at
+            return 0.0
+        return (cutoff - self.oldest_delisted_at) / timedelta(days=1)
 
 
 @dataclass(frozen=True)

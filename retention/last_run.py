@@ -1,10 +1,10 @@
-"""The last run and the backlog it left, as the admin's Delisted retention page and `purge_delisted --last-run` show
-them, read by one code. The last run comes from the metrics sink the job writes, not from a table of the job's own:
-the job's role can write nothing but deletes.
+"""The last run, as the metrics sink the job writes holds it, and the backlog now: `purge_delisted --last-run` shows
+them, and the admin's Delisted retention page reads the last run with the same reader (read_last_run). The sink, not
+a table of the job's own: the job's role can write nothing but deletes.
 """
 
 from dataclasses import asdict, dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 from retention import metrics
 from retention.backlog import Backlog, compute_cutoff, measure_backlog
@@ -14,13 +14,7 @@ from retention.session import Session
 
 # A reader must not hang on a Pushgateway that accepts connections and never answers.
 SINK_READ_TIMEOUT_SECONDS = 2
-
-OUTCOME_WORDING = {
-    Outcome.COMPLETED: "Finished: every overdue card is gone",
-    Outcome.HAS_MORE: "Stopped at its nightly limit: the overdue cards left wait for the next night",
-    Outcome.STOPPED: "Stopped before it finished (shut down by the system or an operator)",
-    Outcome.FAILED: "Failed: some cards could not be deleted; an operator should look at the job's log",
-}
+NO_SINK = "last run: unknown, no metrics sink is set (DELISTED_RETENTION_METRICS_TEXTFILE, PROMETHEUS_PUSHGATEWAY_URL)"
 
 
 @dataclass(frozen=True)
@@ -31,7 +25,6 @@ class LastRun:
 
     source: str
     outcome: Outcome
-    wording: str
     ended_at: datetime
     duration_seconds: float
     batches: int
@@ -44,21 +37,10 @@ class LastRun:
     run_id: str | None
     trace_id: str | None
 
-    @property
-    def took(self) -> str:
-        if self.duration_seconds < 1:
-            return "under a second"
-        if self.duration_seconds < 120:
-            return f"{self.duration_seconds:.0f} seconds"
-        return f"{self.duration_seconds / 60:.0f} minutes"
-
 
 def last_run_of(reading: metrics.Reading, source: str) -> LastRun | None:
-    ended = reading.value(metrics.LAST_RUN)
-    outcome = next(
-        (name for name in metrics.RUN_OUTCOMES if reading.value(metrics.LAST_RUN_OUTCOME, outcome=name) == 1), None
-    )
-    if ended is None or outcome is None:
+    outcomes = [name for name in metrics.RUN_OUTCOMES if reading.value(metrics.LAST_RUN_OUTCOME, outcome=name) == 1]
+    if reading.value(metrics.LAST_RUN) is None or not outcomes:
         return None
 
     def count(name: str, **labels: str) -> int:
@@ -70,38 +52,23 @@ def last_run_of(reading: metrics.Reading, source: str) -> LastRun | None:
 
     ended_at, skipped_at = moment(metrics.LAST_RUN), moment(metrics.LAST_LOCK_BUSY)
     info = reading.labels(metrics.LAST_RUN_INFO) or {}
+    overdue = [count(metrics.BACKLOG, kind=kind, scope="overdue") for kind in ("property_object", "project")]
     return LastRun(
-        source=source,
-        outcome=outcome,
-        wording=OUTCOME_WORDING[outcome],
-        ended_at=ended_at,
-        duration_seconds=reading.value(metrics.LAST_RUN_DURATION) or 0.0,
-        batches=count(metrics.LAST_RUN_BATCHES),
+        source=source, outcome=outcomes[0], ended_at=ended_at,
+        duration_seconds=reading.value(metrics.LAST_RUN_DURATION) or 0.0, batches=count(metrics.LAST_RUN_BATCHES),
         deleted_property_object_cards=count(metrics.LAST_RUN_DELETED_CARDS, kind="property_object"),
         deleted_project_cards=count(metrics.LAST_RUN_DELETED_CARDS, kind="project"),
         deleted_overrides=count(metrics.LAST_RUN_DELETED_OVERRIDES),
-        overdue_left=None if outcome == Outcome.FAILED else (
-            count(metrics.BACKLOG, kind="property_object", scope="overdue"),
-            count(metrics.BACKLOG, kind="project", scope="overdue"),
-        ),
+        overdue_left=None if outcomes[0] == Outcome.FAILED else tuple(overdue),
         last_success_at=moment(metrics.LAST_SUCCESS),
         skipped_at=skipped_at if skipped_at and skipped_at > ended_at else None,
-        run_id=info.get("run_id") or None,
-        trace_id=info.get("trace_id") or None,
+        run_id=info.get("run_id") or None, trace_id=info.get("trace_id") or None,
     )
 
 
-@dataclass(frozen=True)
-class LastRunReading:
-    """The last run from the first configured sink that recorded one (None: no sink did), the sinks read, and
-    what kept any of them from being read."""
-
-    last_run: LastRun | None
-    sinks: list[str]
-    sink_problems: list[str]
-
-
-def read_last_run() -> LastRunReading:
+def read_last_run() -> tuple[LastRun | None, list[str], list[str]]:
+    """The last run from the first configured sink that recorded one (None: no sink did), the sinks read, and what
+    kept any of them from being read."""
     sinks = metrics.configured_sinks()
     names, problems = [str(sink) for sink in sinks], []
     for sink, name in zip(sinks, names):
@@ -111,68 +78,61 @@ def read_last_run() -> LastRunReading:
             problems.append(f"{name}: {error}")
             continue
         if last_run := last_run_of(reading, name):
-            return LastRunReading(last_run, names, problems)
-    return LastRunReading(None, names, problems)
+            return last_run, names, problems
+    return None, names, problems
 
 
 @dataclass(frozen=True)
 class LastRunReport:
-    """`purge_delisted --last-run`: the last run as its sink holds it (or why none is known), and the backlog now
-    with the nights it needs at the limits given."""
+    """`purge_delisted --last-run`: the last run as its sink holds it (or why none is known: the sinks read and their
+    problems), and the backlog now with the nights it needs at the limits given."""
 
-    reading: LastRunReading
+    last_run: LastRun | None
+    sinks: list[str]
+    sink_problems: list[str]
     backlog: Backlog
     cards_per_night: int
 
     def as_dict(self) -> dict:
         """The `--json` object: times in ISO 8601, how long the oldest overdue card is past due in days."""
-        run, cutoff = self.reading.last_run, self.backlog.cutoff
+        run, cutoff = self.last_run, self.backlog.cutoff
         return {
-            "last_run": run and {name: iso(value) for name, value in asdict(run).items()} | {"took": run.took},
-            "sinks": self.reading.sinks,
-            "sink_problems": self.reading.sink_problems,
+            "last_run": run and {name: iso(value) for name, value in asdict(run).items()},
+            "sinks": self.sinks, "sink_problems": self.sink_problems,
             "backlog": {"cutoff": cutoff.isoformat()} | {
-                kind: {
-                    "delisted": count.delisted, "overdue": count.overdue, "held_back": count.held_back,
-                    "oldest_delisted_at": iso(count.oldest_delisted_at),
-                    "days_past_due": round(count.overdue_age(cutoff) / timedelta(days=1), 1),
-                }
+                kind: {"delisted": count.delisted, "overdue": count.overdue, "held_back": count.held_back,
+                       "oldest_delisted_at": iso(count.oldest_delisted_at),
+                       "days_past_due": round(count.days_past_due(cutoff), 1)}
                 for kind, count in self.backlog.by_kind().items()
             },
-            "cards_per_night": self.cards_per_night,
-            "nights_needed": self.backlog.nights_needed(self.cards_per_night),
+            "cards_per_night": self.cards_per_night, "nights_needed": self.backlog.nights_needed(self.cards_per_night),
         }
 
     def summary(self) -> str:
-        """The text the command prints: the last run in the admin page's words, then the backlog."""
-        run, lines = self.reading.last_run, []
-        if run:
-            lines += [
-                f"last run: ended {when(run.ended_at)}, took {run.took}: {run.wording}",
+        """The text the command prints: the last run, then the backlog."""
+        run = self.last_run
+        if not run:
+            lines = [f"last run: none recorded in {', '.join(self.sinks)}" if self.sinks else NO_SINK]
+            lines += [f"  could not read {problem}" for problem in self.sink_problems]
+        else:
+            lines = [
+                f"last run: {run.outcome}, ended {when(run.ended_at)} after {run.duration_seconds:.1f} s",
                 f"  deleted {run.deleted_property_object_cards:,} property objects, {run.deleted_project_cards:,} "
                 f"projects and {run.deleted_overrides:,} display overrides in {run.batches:,} batches",
+                *([f"  overdue after it: {run.overdue_left[0]:,} property objects, {run.overdue_left[1]:,} projects"]
+                  if run.overdue_left else []),
+                f"  last successful run: {when(run.last_success_at) if run.last_success_at else 'none'}",
+                *([f"  skipped since: {when(run.skipped_at)}, while another run held the lock"]
+                  if run.skipped_at else []),
+                f"  run_id {run.run_id or 'unknown'}, trace_id {run.trace_id or 'none'}; from {run.source}",
             ]
-            if run.overdue_left:
-                lines.append(f"  overdue after it: {run.overdue_left[0]:,} property objects, "
-                             f"{run.overdue_left[1]:,} projects")
-            lines.append(f"  last successful run: {when(run.last_success_at) if run.last_success_at else 'none'}")
-            if run.skipped_at:
-                lines.append(f"  skipped since: {when(run.skipped_at)}, while another run held the lock")
-            lines.append(f"  run_id {run.run_id or 'unknown'}, trace_id {run.trace_id or 'none'}; from {run.source}")
-        elif self.reading.sinks:
-            lines.append(f"last run: none recorded in {', '.join(self.reading.sinks)}")
-            lines += [f"  could not read {problem}" for problem in self.reading.sink_problems]
-        else:
-            lines.append("last run: unknown, no metrics sink is set (DELISTED_RETENTION_METRICS_TEXTFILE, "
-                         "PROMETHEUS_PUSHGATEWAY_URL)")
         lines.append(f"backlog: cards Delisted before {when(self.backlog.cutoff)} are overdue")
         for kind, count in self.backlog.by_kind().items():
-            past_due = count.overdue_age(self.backlog.cutoff) / timedelta(days=1)
+            past_due = count.days_past_due(self.backlog.cutoff)
             oldest = f", the oldest {past_due:.1f} days past due" if count.overdue else ""
             waiting = f", {count.held_back:,} waiting for their property objects" if count.held_back else ""
-            lines.append(
-                f"  {kind.replace('_', ' ')}: {count.overdue:,} overdue of {count.delisted:,} Delisted{oldest}{waiting}"
-            )
+            lines.append(f"  {kind.replace('_', ' ')}: {count.overdue:,} overdue of {count.delisted:,} "
+                         f"Delisted{oldest}{waiting}")
         if nights := self.backlog.nights_needed(self.cards_per_night):
             lines.append(f"  {nights:,} night{'' if nights == 1 else 's'} to clear them at up to "
                          f"{self.cards_per_night:,} cards a night")
@@ -191,4 +151,4 @@ def last_run_report(*, limits: PurgeLimits, using: str) -> LastRunReport:
     """The last run from the sinks the settings switch on, and the backlog counted now on `using` at `limits`."""
     session = Session(using)
     backlog = measure_backlog(session, cutoff=compute_cutoff(session, limits.retention))
-    return LastRunReport(read_last_run(), backlog, cards_per_night=limits.batch_size * limits.max_batches)
+    return LastRunReport(*read_last_run(), backlog, cards_per_night=limits.batch_size * limits.max_batches)

@@ -1,14 +1,13 @@
-"""What the next run would delete, without deleting: the admin page's preview, reckoned from the backlog counts
-(preview_run), and the job's dry run (preview_purge), the same arithmetic on exact counts of the rows the batches
-would take. Both read without locks.
+"""What the next run would delete, without deleting: the job's dry run (preview_purge), the run's loop as arithmetic
+(preview_run) on exact counts of the rows its batches would take, read without locks. The admin page reckons its
+preview with the same arithmetic from its own counts.
 """
 
-from dataclasses import dataclass
 from datetime import datetime
 
 from retention.backlog import Backlog, measure_backlog
 from retention.results import StopReason
-from retention.session import JobSession, Session
+from retention.session import JobSession
 from retention.statements import STATEMENTS
 
 
@@ -21,14 +20,6 @@ def objects_taken(cursor, *, cutoff: datetime, objects: int) -> dict:
     return {"cutoff": cutoff, "kept_from_at": kept_from_at, "kept_from_id": kept_from_id}
 
 
-def held_back_now_and_after(session: Session, *, cutoff: datetime) -> tuple[int, int]:
-    """The overdue projects holding a property-object card now, and those still holding one once every overdue
-    property object is gone (the admin page): one statement, one index probe an overdue project."""
-    with session.transaction() as cursor:
-        cursor.execute(STATEMENTS["held back now and after"], {"cutoff": cutoff})
-        return cursor.fetchone()
-
-
 def count_held_back(cursor, taken: dict) -> int:
     """The overdue projects still holding a property-object card once the objects `taken` (objects_taken) are gone."""
     cursor.execute(STATEMENTS["held back after"], taken)
@@ -36,7 +27,7 @@ def count_held_back(cursor, taken: dict) -> int:
 
 
 def take_in_batches(count: int, batch_size: int, batches_left: int) -> tuple[int, int, bool]:
-    """The job's loop (retention.service.run_phases) on one phase's count: the rows it takes, the batches that
+    """The job's loop (retention.service.purge_phases) on one phase's count: the rows it takes, the batches that
     select something, whether it ran dry. A phase ends on a short batch (an empty one too, which needs a batch
     left to be tried); max_batches is checked before every batch."""
     full_batches = count // batch_size
@@ -45,29 +36,12 @@ def take_in_batches(count: int, batch_size: int, batches_left: int) -> tuple[int
     return batches_left * batch_size, batches_left, False
 
 
-@dataclass(frozen=True)
-class RunPreview:
-    """What the next run would do at these limits (MaxRunDuration aside), reckoned from the counts.
-
-    projects_held_back is what the run leaves held back: exact when it deletes every overdue property object,
-    otherwise an upper bound (the projects whose last overdue objects it reaches are freed)."""
-
-    deleted_property_object_cards: int
-    deleted_project_cards: int
-    batches_processed: int
-    has_more: bool
-    projects_held_back: int
-    projects_held_back_exact: bool
-    stop_reason: StopReason
-
-
 def preview_run(
     *, backlog: Backlog, held_back_after_overdue_objects: int, batch_size: int, max_batches: int
-) -> RunPreview:
-    """The run's loop as arithmetic: the projects phase runs only once the property objects ran dry within
-    max_batches, and by then every overdue project not held back by a card that is not overdue is purgeable
-    (held_back_after_overdue_objects counts only then). has_more, as the run reports it: cards it could delete are
-    left for the next run."""
+) -> dict:
+    """What the next run would do at these limits (MaxRunDuration aside), as its result's fields: the run's loop as
+    arithmetic. The projects phase runs only once the property objects ran dry, and then every overdue project not held
+    back by a card that is not overdue is purgeable (held_back_after_overdue_objects)."""
     overdue_objects = backlog.property_objects.overdue
     purgeable_projects = backlog.projects.overdue - held_back_after_overdue_objects
     # The orphan-override phases come first and are left out: a preview does not count orphans.
@@ -76,16 +50,12 @@ def preview_run(
         take_in_batches(purgeable_projects, batch_size, max_batches - object_batches) if objects_ran_dry
         else (0, 0, False)
     )
-    all_objects_deleted = objects == overdue_objects
-    return RunPreview(
-        deleted_property_object_cards=objects,
-        deleted_project_cards=projects,
-        batches_processed=object_batches + project_batches,
-        has_more=objects < overdue_objects or projects < purgeable_projects,
-        projects_held_back=held_back_after_overdue_objects if all_objects_deleted else backlog.projects.held_back,
-        projects_held_back_exact=all_objects_deleted,
-        stop_reason=StopReason.COMPLETED if projects_ran_dry else StopReason.MAX_BATCHES,
-    )
+    return {
+        "deleted_property_object_cards": objects, "deleted_project_cards": projects,
+        "batches_processed": object_batches + project_batches,
+        "has_more": objects < overdue_objects or projects < purgeable_projects,
+        "stop_reason": StopReason.COMPLETED if projects_ran_dry else StopReason.MAX_BATCHES,
+    }
 
 
 def preview_purge(session: JobSession, *, cutoff: datetime) -> dict:
@@ -103,17 +73,10 @@ def preview_purge(session: JobSession, *, cutoff: datetime) -> dict:
         max_batches=limits.max_batches,
     )
     with session.transaction() as cursor:
-        cursor.execute(STATEMENTS["overrides of taken"], {**taken, "projects": preview.deleted_project_cards})
+        cursor.execute(STATEMENTS["overrides of taken"], {**taken, "projects": preview["deleted_project_cards"]})
         object_overrides, building_overrides = cursor.fetchone()
-    return {
-        "stop_reason": preview.stop_reason,
-        "has_more": preview.has_more,
-        "deleted_property_object_cards": preview.deleted_property_object_cards,
-        "deleted_project_cards": preview.deleted_project_cards,
-        "deleted_property_object_overrides": object_overrides,
-        "deleted_building_overrides": building_overrides,
-        "batches_processed": preview.batches_processed,
-        "projects_held_back": held_back,
-        "overdue_property_object_cards": backlog.property_objects.overdue,
+    return preview | {
+        "deleted_property_object_overrides": object_overrides, "deleted_building_overrides": building_overrides,
+        "projects_held_back": held_back, "overdue_property_object_cards": backlog.property_objects.overdue,
         "overdue_project_cards": backlog.projects.overdue,
     }

@@ -17,6 +17,7 @@ from django.template.defaultfilters import pluralize
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
+from catalog.statements import STATEMENTS
 from retention.backlog import Backlog, KindBacklog
 from retention.session import Session
 
@@ -31,36 +32,6 @@ OVERDUE_PANEL = (64, 226)
 DAYS_PANEL = (330, 750)
 # Lines at 1, 2, ... nights' worth of cards across the overdue panel, while they stay readable.
 MAX_NIGHT_LINES = 8
-
-
-# The Delisted cards that become deletable on each of the next `days` days of `time_zone` (the catalog's), from now
-# on: their updated_at + retention falls in that day and after the cutoff. A range count per day and kind; then, in a
-# last row without a day, the cards becoming deletable after those days. The rows together are every card within the
-# retention window, which the page's backlog does not count again. The days are the zone's midnights, written with
-# AT TIME ZONE rather than set on the session: the other reads of the page's transaction return moments, which
-# Django reads as UTC.
-COUNT_BECOMING_DELETABLE = """
-WITH days AS (
-    SELECT day::date, greatest((day AT TIME ZONE %(time_zone)s) - %(retention)s, %(cutoff)s) AS updated_from,
-           ((day + interval '1 day') AT TIME ZONE %(time_zone)s) - %(retention)s AS updated_before
-      FROM generate_series(date_trunc('day', (%(cutoff)s + %(retention)s) AT TIME ZONE %(time_zone)s),
-                           date_trunc('day', (%(cutoff)s + %(retention)s) AT TIME ZONE %(time_zone)s)
-                           + (%(days)s - 1) * interval '1 day',
-                           interval '1 day') AS day
-)
-SELECT day,
-       (SELECT count(*) FROM catalog.property_object_cards
-         WHERE status = 'Delisted' AND updated_at >= updated_from AND updated_at < updated_before),
-       (SELECT count(*) FROM catalog.project_cards
-         WHERE status = 'Delisted' AND updated_at >= updated_from AND updated_at < updated_before)
-  FROM days
- UNION ALL
-SELECT NULL,
-       (SELECT count(*) FROM catalog.property_object_cards WHERE status = 'Delisted' AND updated_at >= updated_from),
-       (SELECT count(*) FROM catalog.project_cards WHERE status = 'Delisted' AND updated_at >= updated_from)
-  FROM (SELECT max(updated_before) AS updated_from FROM days) AS later
- ORDER BY day NULLS LAST
-"""
 
 
 @dataclass(frozen=True)
@@ -100,9 +71,8 @@ def count_becoming_deletable(
     """Per day of `time_zone`, today (from now on) first, the cards becoming deletable: the arrivals of the next
     nightly runs; and those after them."""
     with session.transaction() as cursor:
-        cursor.execute(
-            COUNT_BECOMING_DELETABLE, {"cutoff": cutoff, "retention": retention, "days": days, "time_zone": time_zone}
-        )
+        cursor.execute(STATEMENTS["becoming deletable"],
+                       {"cutoff": cutoff, "retention": retention, "days": days, "time_zone": time_zone})
         *each_day, later = [DeletableOn(*row) for row in cursor.fetchall()]
         return BecomingDeletable(each_day, later)
 

@@ -11,13 +11,13 @@ from django.urls import reverse
 from catalog.models import CardStatus
 from catalog.admin.retention_chart import (
     CHART_DAYS,
-    COUNT_BECOMING_DELETABLE,
     PLOT_HEIGHT,
     BacklogChart,
     DeletableOn,
     count_becoming_deletable,
     nice_ceiling,
 )
+from catalog.statements import STATEMENTS
 from retention.backlog import Backlog, KindBacklog
 from retention.session import Session
 from tests.factories import ProjectCardFactory, PropertyObjectCardFactory
@@ -93,7 +93,7 @@ def test_the_count_reads_only_the_partial_indexes_of_delisted_cards():
     with connection.cursor() as cursor:
         cursor.execute("SET LOCAL enable_seqscan = off")  # the test tables are tiny: ask for the index plan
         cursor.execute(
-            f"EXPLAIN {COUNT_BECOMING_DELETABLE}",
+            f"EXPLAIN {STATEMENTS['becoming deletable']}",
             {"cutoff": CUTOFF, "retention": RETENTION, "days": CHART_DAYS, "time_zone": "UTC"},
         )
         plan = "\n".join(row[0] for row in cursor.fetchall())

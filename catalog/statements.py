@@ -1,0 +1,8 @@
+"""The statements the Delisted retention page sends beside the job's, read from catalog/sql/statements.sql
+(config.statements says how)."""
+
+from pathlib import Path
+
+from config.statements import read_statements
+
+STATEMENTS = read_statements(Path(__file__).parent / "sql" / "statements.sql")
