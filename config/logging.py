@@ -112,16 +112,21 @@ def carried(**fields) -> Iterator[dict]:
         CARRIED.update(previous)
 
 
+def current_trace_id() -> str | None:
+    """The trace id of the span in progress as 32 lowercase hex digits, as tracing backends show it; None when
+    tracing is off or the trace is not sampled (TRACEPARENT's flags 00): nothing of it is exported."""
+    context = trace.get_current_span().get_span_context()
+    return trace.format_trace_id(context.trace_id) if context.trace_flags.sampled else None
+
+
 class TraceContext(logging.Filter):
-    """Stamps a record with the trace_id and span_id of the span in progress (32 and 16 lowercase hex digits, as
-    tracing backends show them), so that a log line and its trace find each other; nothing without a sampled span,
-    whose trace is never exported. Then the CARRIED fields a record has not got."""
+    """Stamps a record with the trace_id and span_id of the span in progress (current_trace_id), so that a log line
+    and its trace find each other. Then the CARRIED fields a record has not got."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        context = trace.get_current_span().get_span_context()
-        if context.trace_flags.sampled:
-            record.trace_id = trace.format_trace_id(context.trace_id)
-            record.span_id = trace.format_span_id(context.span_id)
+        if trace_id := current_trace_id():
+            record.trace_id = trace_id
+            record.span_id = trace.format_span_id(trace.get_current_span().get_span_context().span_id)
         for name, value in CARRIED.items():
             if value is not None and not hasattr(record, name):
                 setattr(record, name, value)

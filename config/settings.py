@@ -11,6 +11,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import environ
 from django.core.exceptions import ImproperlyConfigured
 
+from config.keepalives import keepalives
 from config.numbers import decimal_number, whole_number
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -47,6 +48,10 @@ def env_bool(name: str, default: bool) -> bool:
 
 
 CONNECT_TIMEOUT_SECONDS = 10
+# Both ends of the job's connection give up on a silent peer after this long: libpq's keepalives (on every connection
+# of the process, below) and the server's, which the job sets on its own session; the server then ends the job's
+# session left by a partition, and its advisory lock with it (docs/operations.md, "Known limits").
+DELISTED_RETENTION_DEAD_PEER_TIMEOUT_SECONDS = env_int("DELISTED_RETENTION_DEAD_PEER_TIMEOUT_SECONDS", 30)
 
 
 def database_from_url(name: str, default: str) -> dict:
@@ -69,7 +74,12 @@ def database_from_url(name: str, default: str) -> dict:
         config["HOST"] = unquote(host.rsplit(":", 1)[0] if host.rsplit(":", 1)[-1].isdigit() else host)
     # A server that never answers (a dead host, a pooler with no server to give) would hold a connect for the
     # operating system's TCP timeout, minutes; `?connect_timeout=N` in the URL sets another bound.
-    config.setdefault("OPTIONS", {}).setdefault("connect_timeout", CONNECT_TIMEOUT_SECONDS)
+    # A peer gone silent mid-statement (a partition: no FIN, no RST) fails the statement after the dead-peer timeout
+    # instead of holding it for hours; the URL's own options win.
+    idle, interval, count, user_timeout = keepalives(max(0, DELISTED_RETENTION_DEAD_PEER_TIMEOUT_SECONDS))
+    libpq = {"connect_timeout": CONNECT_TIMEOUT_SECONDS, "keepalives": 1, "keepalives_idle": idle,
+             "keepalives_interval": interval, "keepalives_count": count, "tcp_user_timeout": user_timeout}
+    config["OPTIONS"] = libpq | config.get("OPTIONS", {})
     # Django's PostgreSQL backend, its statements, commits and rollbacks spans when tracing is on (config.database).
     config["ENGINE"] = "config.database"
     return config
@@ -215,9 +225,6 @@ DELISTED_RETENTION_ORPHAN_SWEEP_DAYS = env_int("DELISTED_RETENTION_ORPHAN_SWEEP_
 # Bound every batch transaction: a stuck batch gives up instead of holding its row locks.
 DELISTED_RETENTION_STATEMENT_TIMEOUT_MS = env_int("DELISTED_RETENTION_STATEMENT_TIMEOUT_MS", 60_000)
 DELISTED_RETENTION_LOCK_TIMEOUT_MS = env_int("DELISTED_RETENTION_LOCK_TIMEOUT_MS", 5_000)
-# Both ends of the job's connection give up on a silent peer after this long: the server then ends the job's session
-# left by a partition, and its advisory lock with it (docs/operations.md, "Known limits").
-DELISTED_RETENTION_DEAD_PEER_TIMEOUT_SECONDS = env_int("DELISTED_RETENTION_DEAD_PEER_TIMEOUT_SECONDS", 30)
 # The database alias the job runs on (lock, batches, counts); `purge_delisted --database` overrides it per run.
 DELISTED_RETENTION_LOCK_DATABASE = env.str(
     "DELISTED_RETENTION_LOCK_DATABASE", default="retention" if "retention" in DATABASES else "default"
@@ -228,9 +235,14 @@ if DELISTED_RETENTION_LOCK_DATABASE not in DATABASES:
         f"got {DELISTED_RETENTION_LOCK_DATABASE!r}"
     )
 
-# Metrics of a run, each way switched on by its variable (see retention/metrics.py); empty: off.
+# Metrics of a run, each way switched on by its variable (see retention/metrics.py); empty: off. Unset in
+# development, the textfile is the checkout's own (.demo/, ignored by git), so that `make demo`, `make admin` and
+# `purge_delisted --last-run` see the same last run.
 PROMETHEUS_PUSHGATEWAY_URL = env.str("PROMETHEUS_PUSHGATEWAY_URL", default="").strip()
-DELISTED_RETENTION_METRICS_TEXTFILE = env.str("DELISTED_RETENTION_METRICS_TEXTFILE", default="").strip()
+DELISTED_RETENTION_METRICS_TEXTFILE = env.str(
+    "DELISTED_RETENTION_METRICS_TEXTFILE",
+    default="" if PRODUCTION else str(BASE_DIR / ".demo" / "catalog_delisted_retention.prom"),
+).strip()
 
 # Pushgateway grouping key: the `instance` label of the job's group, so that environments (and catalogs) sharing
 # one gateway do not overwrite each other's series. Unset or empty: the default database as host:port/name, which

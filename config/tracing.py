@@ -7,9 +7,9 @@ batch processor to an OTLP/HTTP (protobuf) endpoint, OTEL_EXPORTER_OTLP_ENDPOINT
 http://localhost:4318. With none set nothing here runs: the SDK is not even imported, the code's spans are the
 OpenTelemetry API's no-op, and no thread is started.
 
-A tracing backend must never change what a run does. The spans are exported by the processor's own thread, and the
-flush at the end (flush_traces) waits at most FLUSH_BOUND_SECONDS for what is still queued, REFUSED_BOUND_SECONDS
-once the collector refused a connection: a collector that is down, refuses, or accepts and never answers costs a
+A tracing backend must never change what a run does. The spans are exported by the SDK's batch processor in its
+own thread, and the flush at the end (flush_traces) is the processor's shutdown, bounded by FLUSH_BOUND_SECONDS, as
+each export is by the exporter's own timeout: a collector that is down, refuses, or accepts and never answers costs a
 night at most that, and one warning line on stderr; the exit code is the run's. `TRACEPARENT` (and `TRACESTATE`) in
 the environment, as a traced scheduler passes them, make every span of the process a child of that trace.
 """
@@ -18,8 +18,6 @@ import atexit
 import logging
 import os
 import re
-import threading
-import time
 
 from opentelemetry import trace
 
@@ -27,23 +25,19 @@ logger = logging.getLogger(__name__)
 
 JOB_SERVICE_NAME = "catalog-delisted-retention"
 WEB_SERVICE_NAME = "catalog-web"
-# How long the process waits at the end for its last spans to reach the collector (less after a stop: cut_flush).
+# How long the process waits at the end for its last spans to reach the collector: the export in flight, then one
+# export of the whole queue (a batch is the queue), each bounded by the exporter's own timeout, half of this.
 FLUSH_BOUND_SECONDS = 3.0
-# ... and once the collector refused a connection: the spans left would be refused too.
-REFUSED_BOUND_SECONDS = 0.5
-FLUSH_WATCH_EVERY = 0.05
-flush_bound = FLUSH_BOUND_SECONDS
+QUEUED_SPANS = 2048  # the SDK's default queue; a span beyond it is dropped, never waited for
 DEFAULT_ENDPOINT = "http://localhost:4318"  # the SDK's, for the warning line
 SUPPORTED_PROTOCOL = "http/protobuf"
 # The web app's requests left untraced unless OTEL_PYTHON_DJANGO_EXCLUDED_URLS says otherwise: Prometheus' scrapes.
 EXCLUDED_URLS = r"/metrics(\?|$)"
 UNDELIVERED = "tracing: spans not delivered to {endpoint} ({reason}); the run is unaffected"
-REFUSED = "the collector refused the connection: {error}"
-STILL_WAITING = "still waiting for the collector after {bound:g}s"
 FAILED_BATCHES = "{failed} batch(es) failed: the collector answered with an error or is unreachable"
 UNSUPPORTED = "tracing off: {variable}={value!r} is not supported here (only otlp over http/protobuf)"
 
-_flush = None  # (processor, exporter) until flush_traces has run
+_flush = None  # (processor, exporter, endpoint) until flush_traces has run
 
 
 def tracing_wanted(environ=os.environ) -> bool:
@@ -68,23 +62,20 @@ def configure_tracing(*, service_name: str, web: bool = False) -> None:
         logger.warning(UNSUPPORTED.format(variable=unsupported[0], value=unsupported[1]))
         return
     # Imported here: with tracing off, the process pays for none of it.
-    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
     import config.database.base
-    from config.collector import DeliveryRecord, RefusalWatch
 
     # The sampler (OTEL_TRACES_SAMPLER, _ARG) comes from the environment. No shutdown hook of the SDK's: its wait at
     # exit is unbounded.
     provider = TracerProvider(resource=resource(service_name, environ), shutdown_on_exit=False)
     endpoint = environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
-    session = RefusalWatch()
-    exporter = DeliveryRecord(OTLPSpanExporter(session=session), session, endpoint=endpoint or DEFAULT_ENDPOINT)
-    processor = BatchSpanProcessor(exporter)
+    exporter = counting_exporter(timeout=FLUSH_BOUND_SECONDS / 2)
+    processor = BatchSpanProcessor(exporter, max_queue_size=QUEUED_SPANS, max_export_batch_size=QUEUED_SPANS)
     provider.add_span_processor(processor)
     trace.set_tracer_provider(provider)
-    _flush = processor, exporter
+    _flush = processor, exporter, endpoint or DEFAULT_ENDPOINT
     atexit.register(flush_traces)  # the web app's; the job flushes at the end of its run
 
     config.database.base.statement_tracer = provider.get_tracer("config.database")
@@ -166,36 +157,32 @@ def continue_parent_trace(environ) -> None:
         context.attach(propagate.extract(carrier))
 
 
-def cut_flush(seconds: float) -> None:
-    """The flush waits at most `seconds`: a process asked to stop has only what is left of its bound."""
-    global flush_bound
-    flush_bound = min(flush_bound, seconds)
+def counting_exporter(*, timeout: float):
+    """The OTLP/HTTP exporter, each export (its retries included) bounded by `timeout`, counting the span batches it
+    failed to deliver: at the end one warning line says so, instead of the SDK's line per retry and per batch (its
+    loggers are quiet, config/settings.py LOGGING)."""
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.trace.export import SpanExportResult
+
+    class CountingExporter(OTLPSpanExporter):
+        failed = 0
+
+        def export(self, spans):
+            result = super().export(spans)
+            self.failed += result is not SpanExportResult.SUCCESS
+            return result
+
+    return CountingExporter(timeout=timeout)
 
 
 def flush_traces() -> None:
-    """Export what is still queued, waiting at most flush_bound, or REFUSED_BOUND_SECONDS once the collector refused
-    a connection; once a process (the job calls it at the end of its run, atexit for the web app). The SDK's shutdown
-    may wait for a collector up to 30 s, so it runs in a daemon thread of its own that is abandoned, with the
-    exporter's thread, at exit. One warning line if any span was lost."""
+    """Export what is still queued, once a process (the job calls it at the end of its run, atexit for the web app):
+    the processor's shutdown, which waits for the export in flight and one more, of what is queued, each within the
+    exporter's timeout, so at most FLUSH_BOUND_SECONDS. One warning line if any span was lost."""
     global _flush
     if _flush is None:
         return
-    (processor, exporter), _flush = _flush, None
-    started = time.monotonic()
-    deadline = started + flush_bound
-    flush = threading.Thread(target=processor.shutdown, name="tracing-flush", daemon=True)
-    flush.start()
-    while flush.is_alive() and time.monotonic() < deadline:
-        if exporter.refused is not None:
-            exporter.shutdown()
-            deadline = min(deadline, started + REFUSED_BOUND_SECONDS)
-        flush.join(min(FLUSH_WATCH_EVERY, max(0.0, deadline - time.monotonic())))
-    if exporter.refused is not None:
-        reason = REFUSED.format(error=exporter.refused)
-    elif flush.is_alive():
-        reason = STILL_WAITING.format(bound=round(flush_bound, 1))
-    elif exporter.failed:
-        reason = FAILED_BATCHES.format(failed=exporter.failed)
-    else:
-        return
-    logger.warning(UNDELIVERED.format(endpoint=exporter.endpoint, reason=reason))
+    (processor, exporter, endpoint), _flush = _flush, None
+    processor.shutdown()
+    if exporter.failed:
+        logger.warning(UNDELIVERED.format(endpoint=endpoint, reason=FAILED_BATCHES.format(failed=exporter.failed)))

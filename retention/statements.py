@@ -1,20 +1,7 @@
-"""Every statement the job and its readers send, read from retention/sql/statements.sql, where a review reads each one
-whole, as it reaches the server, and sees any change as a diff. A line `-- name: <name>` starts a statement; a line
-that starts with `--` is a comment for the reader and is not sent."""
+"""Every statement the job sends, read from retention/sql/statements.sql (config.statements says how)."""
 
-import re
 from pathlib import Path
 
-FILE = Path(__file__).parent / "sql" / "statements.sql"
+from config.statements import read_statements
 
-
-def read_statements(text: str) -> dict[str, str]:
-    statements = {}
-    for block in re.split(r"^-- name: ", text, flags=re.MULTILINE)[1:]:
-        name, body = block.split("\n", 1)
-        sql = "\n".join(line for line in body.splitlines() if not line.startswith("--"))
-        statements[name] = sql.strip().removesuffix(";").rstrip()
-    return statements
-
-
-STATEMENTS = read_statements(FILE.read_text())
+STATEMENTS = read_statements(Path(__file__).parent / "sql" / "statements.sql")

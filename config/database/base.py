@@ -1,12 +1,14 @@
 """Django's PostgreSQL backend, each statement, COMMIT and ROLLBACK a database client span when tracing is on
-(config.tracing): named and described by OpenTelemetry's stable database conventions, the SQL text with its
-placeholders and never a value.
+(config.tracing): described by OpenTelemetry's stable database conventions, the SQL text with its placeholders and
+never a value, and named by the statement's name in its .sql file (config.statements) where it has one, as
+db.query.summary, else by its operation and table.
 
 A span is made only inside a recording span of the process's own (a run, a web request): a statement with nothing
 to belong to (a migration, a system check, an excluded /metrics scrape) makes no trace of its own. The statements go
-through a cursor class of ours, a thin subclass of the one Django picks; COMMIT and ROLLBACK, which psycopg sends
-without a cursor, through the connection wrapper's public commit() and rollback(). With tracing off a statement pays
-one module attribute read."""
+through a cursor class of ours, a thin subclass of the one Django picks, Django's own time zone statement on a new
+connection included; COMMIT and ROLLBACK, which psycopg sends without a cursor, through the connection wrapper's
+public commit() and rollback(). A named (server-side) cursor, which Django builds apart (QuerySet.iterator(), the
+admin's choice lists), goes unseen. With tracing off a statement pays one module attribute read."""
 
 import functools
 import re
@@ -16,20 +18,24 @@ from contextlib import contextmanager
 from django.db.backends.postgresql import base
 from opentelemetry import trace
 from opentelemetry.semconv.attributes.db_attributes import (
-    DB_COLLECTION_NAME, DB_NAMESPACE, DB_OPERATION_NAME, DB_QUERY_TEXT, DB_RESPONSE_STATUS_CODE, DB_SYSTEM_NAME,
-    DbSystemNameValues,
+    DB_COLLECTION_NAME, DB_NAMESPACE, DB_OPERATION_NAME, DB_QUERY_SUMMARY, DB_QUERY_TEXT, DB_RESPONSE_STATUS_CODE,
+    DB_SYSTEM_NAME, DbSystemNameValues,
 )
 from opentelemetry.semconv.attributes.error_attributes import ERROR_TYPE
 from opentelemetry.semconv.attributes.server_attributes import SERVER_ADDRESS, SERVER_PORT
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
+from config.statements import NAME_OF_STATEMENT
+
 # The tracer of the statements' spans: set by config.tracing.configure_tracing, None while the process does not trace.
 statement_tracer: trace.Tracer | None = None
+# The one statement of Django's own in a run: a new connection's, when the server's time zone is not UTC.
+NAME_OF_STATEMENT[base.DatabaseWrapper.ops_class(None).set_time_zone_sql()] = "time zone"
 
 _NAME = r'(?>"[^"]+"|[A-Za-z_][\w$]*+)'
 _TABLE = rf"(?P<table>(?>{_NAME}(?:\.{_NAME})?))"
-# A statement that writes is named for its write, whatever reads around it: a batch's `WITH batch AS (SELECT …),
-# deleted_cards AS (DELETE FROM catalog.property_object_cards …) SELECT …` is `DELETE catalog.property_object_cards`.
+# A statement that writes is described by its write, whatever reads around it: a batch's `WITH batch AS (SELECT …),
+# deleted_cards AS (DELETE FROM catalog.property_object_cards …) SELECT …` is a DELETE of catalog.property_object_cards.
 _WRITES = {
     "INSERT": re.compile(rf"\bINSERT\s+INTO\s+{_TABLE}", re.IGNORECASE),
     "DELETE": re.compile(rf"\bDELETE\s+FROM\s+(?:ONLY\s+)?{_TABLE}", re.IGNORECASE),
@@ -68,13 +74,16 @@ def statement_span(connection, sql) -> Iterator[None]:
         return
     text = (sql if isinstance(sql, str) else sql.as_string(connection)).strip()
     operation, collection = operation_and_collection(text)
+    summary = NAME_OF_STATEMENT.get(text)
     attributes = {DB_SYSTEM_NAME: DbSystemNameValues.POSTGRESQL.value, DB_OPERATION_NAME: operation,
                   DB_QUERY_TEXT: text, **connection_attributes(connection)}
     if collection:
         attributes[DB_COLLECTION_NAME] = collection
+    if summary:
+        attributes[DB_QUERY_SUMMARY] = summary
     with statement_tracer.start_as_current_span(
-        f"{operation} {collection}" if collection else operation, kind=SpanKind.CLIENT, attributes=attributes,
-        record_exception=False, set_status_on_exception=False,
+        summary or (f"{operation} {collection}" if collection else operation), kind=SpanKind.CLIENT,
+        attributes=attributes, record_exception=False, set_status_on_exception=False,
     ) as span:
         try:
             yield

@@ -1,5 +1,5 @@
 """A failed run is found from its own output: its --json object (on every exit) and every stderr line, the final
-error line included, carry its run id and trace id, and that trace id finds the run's root span in the receiver,
+error line included, carry its run id and trace id, and that trace id finds the run's one root span in the receiver,
 which covers the final line. The resource names the service, its version and its environment."""
 
 import json
@@ -71,9 +71,10 @@ def test_a_failed_run_is_found_in_the_receiver_by_the_trace_id_its_own_output_ca
     assert final["level"] == "ERROR" and final["message"] == FINAL_LINE_PREFIX + result["error"]
 
     # From the final line alone: its trace id finds the trace, its span id the run's root span, which ended after it.
+    # The command opened it, once.
     spans = receiver.traces()[final["trace_id"]]
-    (root,) = [span for span in spans if span.span_id == final["span_id"]]
-    assert root.name == "purge_delisted" and root.parent_span_id is None and root.status == "error"
+    (root,) = [span for span in spans if span.name == "purge_delisted"]
+    assert root.span_id == final["span_id"] and root.parent_span_id is None and root.status == "error"
     assert root.attributes["retention.run_id"] == final["run_id"]
     assert root.attributes["retention.outcome"] == "failed"
     assert root.end_ns / 1e9 >= datetime.fromisoformat(final["time"]).timestamp()

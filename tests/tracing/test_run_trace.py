@@ -1,16 +1,20 @@
-"""A run's trace as a real OTLP/HTTP receiver gets it from `manage.py purge_delisted`: one trace whose root carries
-the run id, a span per batch under its phase, the statements, commits and rollbacks under the batches by
-OpenTelemetry's database conventions (SQL text, no values), the resource naming the service, its version and
-environment, the log lines carrying the trace's ids, failures as error status, and TRACEPARENT as the parent."""
+"""A run's trace as a real OTLP/HTTP receiver gets it from `manage.py purge_delisted`: one trace whose one root
+carries the run id, a span per batch under its phase, the statements, commits and rollbacks under the batches by
+OpenTelemetry's database conventions (SQL text, no values), each statement named by its name in
+retention/sql/statements.sql, the resource naming the service, its version and environment, the log lines carrying
+the trace's ids, failures as error status, and TRACEPARENT as the parent."""
 
 import json
 import os
 import re
+import uuid
 from pathlib import Path
 
 import pytest
+from django.db.backends.postgresql.base import DatabaseWrapper
 from opentelemetry.semconv.attributes.db_attributes import (
-    DB_COLLECTION_NAME, DB_NAMESPACE, DB_OPERATION_NAME, DB_QUERY_TEXT, DB_RESPONSE_STATUS_CODE, DB_SYSTEM_NAME,
+    DB_COLLECTION_NAME, DB_NAMESPACE, DB_OPERATION_NAME, DB_QUERY_SUMMARY, DB_QUERY_TEXT, DB_RESPONSE_STATUS_CODE,
+    DB_SYSTEM_NAME,
 )
 from opentelemetry.semconv.attributes.deployment_attributes import DEPLOYMENT_ENVIRONMENT_NAME
 from opentelemetry.semconv.attributes.error_attributes import ERROR_TYPE
@@ -19,7 +23,10 @@ from opentelemetry.semconv.attributes.service_attributes import SERVICE_NAME, SE
 from psycopg.conninfo import conninfo_to_dict
 
 from config.version import VERSION
-from tests.factories import PropertyObjectCardFactory
+from retention.statements import STATEMENTS
+from tests.factories import (
+    BuildingDisplayOverrideFactory, ProjectCardFactory, PropertyObjectCardFactory, PropertyObjectDisplayOverrideFactory,
+)
 from tests.support import PROJECT_ROOT, database_url_of_tests, deletes_refused, first_delete_fails
 from tests.tracing.conftest import run_traced
 from tests.tracing.receiver import ReceivedSpan, span_tree
@@ -27,17 +34,21 @@ from tests.tracing.receiver import ReceivedSpan, span_tree
 HEX32, HEX16 = re.compile(r"[0-9a-f]{32}"), re.compile(r"[0-9a-f]{16}")
 # Set by `make trace-picture`: the span tree of the first test's run is written there for docs/tracing.md.
 TRACE_PICTURE = os.environ.get("TRACE_PICTURE")
+# What the picture shows beside each span's name; a statement's name says which it is.
 PICTURE_ATTRIBUTES = ("retention.phase", "retention.count", "retention.selected", "retention.deleted_cards",
-                      "retention.outcome", DB_QUERY_TEXT)
+                      "retention.outcome")
+# The statements that end a transaction or mark a point in it: named by their operation, as they carry no table.
+TRANSACTION_CONTROL = {"COMMIT", "ROLLBACK", "SAVEPOINT", "RELEASE"}
+TIME_ZONE_SQL = DatabaseWrapper.ops_class(None).set_time_zone_sql()
 
 
 def only_trace(receiver) -> tuple[ReceivedSpan, list[ReceivedSpan]]:
-    """The one trace the run sent: its root span and all its spans."""
+    """The one trace the run sent: its root span, opened once, and all its spans."""
     traces = receiver.traces()
     assert len(traces) == 1, f"expected one trace, got {len(traces)}"
     (spans,) = traces.values()
     roots = [span for span in spans if span.name == "purge_delisted"]
-    assert len(roots) == 1
+    assert len(roots) == 1, f"the root span was opened {len(roots)} times"
     return roots[0], spans
 
 
@@ -52,8 +63,6 @@ def ancestors(span: ReceivedSpan, spans: list[ReceivedSpan]) -> list[ReceivedSpa
 
 def picture_line(span: ReceivedSpan) -> str:
     shown = {key: span.attributes[key] for key in PICTURE_ATTRIBUTES if key in span.attributes}
-    if DB_QUERY_TEXT in shown:
-        shown[DB_QUERY_TEXT] = " ".join(shown[DB_QUERY_TEXT].split())[:40] + "…"
     return "  " + " ".join(f"{key}={value}" for key, value in shown.items()) if shown else ""
 
 
@@ -87,13 +96,15 @@ def test_a_run_is_one_trace_rooted_in_its_run_with_a_batch_span_per_batch_and_it
     for batch in batches:
         chain = [span.name for span in ancestors(batch, spans)]
         assert chain[0] == "phase" and chain[-1] == "purge_delisted"
-        statements = [span.name for span in spans if span.parent_span_id == batch.span_id and span.kind == "client"]
-        assert statements == ["DELETE catalog.property_object_cards", "COMMIT"]
+        statements = [span for span in spans if span.parent_span_id == batch.span_id and span.kind == "client"]
+        assert [span.name for span in statements] == ["property_objects: batch", "COMMIT"]
+        delete = statements[0].attributes
+        assert (delete[DB_OPERATION_NAME], delete[DB_COLLECTION_NAME]) == ("DELETE", "catalog.property_object_cards")
     assert {span.name for span in spans} >= {"advisory_lock", "count_backlog", "phase", "scan_chunk", "pause"}
 
-    # Every statement by the stable database conventions, named {db.operation.name} {db.collection.name}; its SQL
-    # text with placeholders and never a parameter value: the run id is only ever a parameter (the session's
-    # application_name), the cards' ids only values in the database.
+    # Every statement by the stable database conventions, named by its db.query.summary, else (COMMIT) by its
+    # db.operation.name; its SQL text with placeholders and never a parameter value: the run id is only ever a
+    # parameter (the session's application_name), the cards' ids only values in the database.
     statements = [span for span in spans if span.kind == "client"]
     database = conninfo_to_dict(database_url_of_tests())  # as libpq reads it: a Unix socket's directory is its host
     for span in statements:
@@ -102,8 +113,8 @@ def test_a_run_is_one_trace_rooted_in_its_run_with_a_batch_span_per_batch_and_it
         assert attributes[SERVER_ADDRESS] == database["host"]
         assert attributes[SERVER_PORT] == int(database.get("port") or 5432)
         assert attributes[DB_QUERY_TEXT] == attributes[DB_QUERY_TEXT].strip()
-        named = " ".join(filter(None, (attributes[DB_OPERATION_NAME], attributes.get(DB_COLLECTION_NAME))))
-        assert span.name == named and "db.statement" not in attributes and "db.system" not in attributes
+        assert span.name == attributes.get(DB_QUERY_SUMMARY, attributes[DB_OPERATION_NAME])
+        assert "db.statement" not in attributes and "db.system" not in attributes
     assert {span.attributes[DB_OPERATION_NAME] for span in statements} == {"SELECT", "DELETE", "COMMIT"}
     secrets = [result["run_id"], *(str(card.id) for card in cards)]
     for span in statements:
@@ -121,6 +132,37 @@ def test_a_run_is_one_trace_rooted_in_its_run_with_a_batch_span_per_batch_and_it
 
     if TRACE_PICTURE:
         Path(PROJECT_ROOT, TRACE_PICTURE).write_text(span_tree(spans, show=picture_line) + "\n")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_each_statement_is_named_by_its_name_in_statements_sql_and_none_by_a_bare_operation(receiver):
+    # A batch in every phase, and a connection whose time zone is not Django's (PGTZ), so that Django sends its own
+    # statement too.
+    PropertyObjectCardFactory(long_delisted=True)
+    ProjectCardFactory(long_delisted=True)
+    PropertyObjectDisplayOverrideFactory(property_object_id=uuid.uuid4())
+    BuildingDisplayOverrideFactory(project_id=uuid.uuid4())
+
+    completed = run_traced("purge_delisted", "--json", receiver=receiver, PGTZ="Asia/Tokyo")
+
+    assert completed.returncode == 0, completed.stderr
+    assert json.loads(completed.stdout)["batches_processed"] == 4
+    _, spans = only_trace(receiver)
+    statements = [span for span in spans if span.kind == "client"]
+    name_of_statement = {sql: name for name, sql in STATEMENTS.items()}
+    named = {name_of_statement.get(span.attributes[DB_QUERY_TEXT]) for span in statements}
+    assert {"set bounds", "advisory lock", "cutoff", "property_objects: batch", "projects: batch",
+            "orphan_property_object_overrides: batch", "orphan_building_overrides: batch", "advisory unlock"} <= named
+    for span in statements:
+        text = span.attributes[DB_QUERY_TEXT]
+        if text in name_of_statement:
+            assert span.name == span.attributes[DB_QUERY_SUMMARY] == name_of_statement[text]
+        elif text == TIME_ZONE_SQL:
+            assert span.name == span.attributes[DB_QUERY_SUMMARY] == "time zone"
+        else:  # the only other statements: the transactions' COMMITs
+            assert span.name == span.attributes[DB_OPERATION_NAME] in TRANSACTION_CONTROL, span
+    assert [span.name for span in statements].count("time zone") == 1  # the run's one connection, set up once
+    assert not {span.name for span in statements} & {"SELECT", "WITH", "INSERT", "UPDATE", "DELETE", "SET"}
 
 
 @pytest.mark.django_db(transaction=True)
@@ -172,13 +214,13 @@ def test_a_refused_batch_and_the_failed_run_have_error_status_and_the_culprit_is
     # The refused statement: its SQLSTATE as error.type, then its transaction's ROLLBACK; in the isolation each
     # refused part rolls back to its savepoint.
     refused, rollback = [span for span in spans if span.parent_span_id == batch.span_id and span.kind == "client"]
-    assert refused.name == "DELETE catalog.property_object_cards" and refused.status == "error"
+    assert refused.name == "property_objects: batch" and refused.status == "error"
     assert refused.attributes[ERROR_TYPE] == refused.attributes[DB_RESPONSE_STATUS_CODE] == "P0001"
     assert rollback.name == "ROLLBACK" and rollback.status == "unset"
     isolation_statements = [span.name for span in sorted(spans, key=lambda span: span.start_ns)
                             if span.parent_span_id == isolation.span_id]
-    assert {"SELECT catalog.property_object_cards",  # the batch's rows locked again
-            "SAVEPOINT", "DELETE catalog.property_object_cards", "RELEASE", "ROLLBACK"} <= set(isolation_statements)
+    assert {"property_objects: lock",  # the batch's rows locked again
+            "SAVEPOINT", "property_objects: batch", "RELEASE", "ROLLBACK"} <= set(isolation_statements)
     assert isolation_statements[-1] == "COMMIT"
 
 

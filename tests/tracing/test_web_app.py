@@ -60,4 +60,4 @@ def test_the_environment_can_trace_metrics_again(receiver):
     scrape = servers[1]
     statements = [span.name for span in sorted(receiver.spans, key=lambda span: span.start_ns)
                   if span.trace_id == scrape.trace_id and span.kind == "client"]
-    assert "SELECT catalog.property_object_cards" in statements and statements[-1] == "COMMIT"
+    assert "backlog: property_object_cards, whole" in statements and statements[-1] == "COMMIT"
