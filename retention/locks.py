@@ -9,12 +9,10 @@ import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from django.db import DatabaseError
+from django.db import DatabaseError, connections
 
-from retention.results import StopReason
 from retention.session import JobSession
 from retention.statements import STATEMENTS
-from retention.stopping import StopRun
 
 logger = logging.getLogger(__name__)
 
@@ -27,20 +25,12 @@ SESSION_CHANGED = (
     "the job's database session (alias {alias!r}) changed between statements, so it no longer holds the advisory "
     "lock: the run stops (docs/poolers.md)"
 )
-POOL_SATURATED = (
-    "the connection pooler in front of the job's database (alias {alias!r}) gave it no server session within the "
-    "run's time: point DELISTED_RETENTION_DATABASE_URL at PostgreSQL directly (docs/poolers.md)"
-)
 LOCK_GONE = "advisory lock not released: its session is lost, and the server ends the lock with it"
 QUERY_WAIT_TIMEOUT_ERROR = "query_wait_timeout"  # PgBouncer: a client waited that long for a server
 
 
 class PooledSessionError(RuntimeError):
     """The job's session is or may be shared with other clients: nothing was deleted after it was found."""
-
-
-class PoolSaturated(RuntimeError):
-    """A pooler gave the job no server session within the run's time: nothing was locked or deleted."""
 
 
 def advisory_lock_key(name: str) -> int:
@@ -74,21 +64,16 @@ def prove_holder(session: JobSession, backend_pid: int, marker: str | None) -> N
 
 def refuse_a_pooler(session: JobSession) -> None:
     """Refuse when a pooler stands between the job and PostgreSQL: the backend pid of the start-up message
-    (BackendKeyData) is the pooler's own, not the server session's. The first statement through a pooler may wait
-    for a server without limit: the session ends that wait at the deadline or on a stop."""
+    (BackendKeyData) is the pooler's own, not the server session's. A pooler with no server to give holds the probe
+    until its own query_wait_timeout, which is then refused the same way."""
+    connection = connections[session.using]
     try:
-        with session.connecting() as connection:
-            connection.ensure_connection()  # Django's first statements (the time zone) may wait for a server too
-            with connection.cursor() as cursor:
-                cursor.execute(STATEMENTS["pooler probe"])
-                backend_pid = cursor.fetchone()[0]
-    except StopRun as stop:
-        if stop.reason is StopReason.MAX_DURATION:
-            raise PoolSaturated(POOL_SATURATED.format(alias=session.using)) from stop
-        raise
+        with connection.cursor() as cursor:
+            cursor.execute(STATEMENTS["pooler probe"])
+            backend_pid = cursor.fetchone()[0]
     except DatabaseError as error:
         if QUERY_WAIT_TIMEOUT_ERROR in str(error):
-            raise PoolSaturated(POOL_SATURATED.format(alias=session.using)) from error
+            raise PooledSessionError(POOLED.format(alias=session.using)) from error
         raise
     if connection.connection.info.backend_pid != backend_pid:
         raise PooledSessionError(POOLED.format(alias=session.using))
@@ -96,13 +81,11 @@ def refuse_a_pooler(session: JobSession) -> None:
 
 def release(session: JobSession, name: str, key: int) -> None:
     """Unlock on the session; a lock whose session is lost ends with it on the server (the session opens no other)."""
-    if session.lost:
-        logger.warning(LOCK_GONE, extra={"lock": name})
-        return
     try:
-        with session.transaction() as cursor:
-            cursor.execute(STATEMENTS["advisory unlock"], {"key": key})
-            if not cursor.fetchone()[0]:
-                logger.error("advisory lock was not held by this session at release", extra={"lock": name})
-    except (DatabaseError, StopRun):  # broke just now, or out of time: a session lock goes with its session
-        logger.warning(LOCK_GONE, extra={"lock": name})
+        if not session.lost:
+            with session.transaction() as cursor:
+                cursor.execute(STATEMENTS["advisory unlock"], {"key": key})
+            return
+    except DatabaseError:  # broke just now: a session lock goes with its session
+        pass
+    logger.warning(LOCK_GONE, extra={"lock": name})

@@ -1,10 +1,8 @@
 """Prometheus metrics of the retention job and of its backlog (the web app's live gauges: catalog.metrics). A run
-hands over gauges of itself, each group (the backlog, the last run, the last success, the last skip on a busy lock)
-written whole to every sink the settings switch on; a metrics failure is a logged warning, never a failed purge.
-docs/operations.md lists the metrics, their sinks, and why no counters.
+exports gauges of itself in groups (the backlog, the last run, the last success, the last skip on a busy lock), each
+written whole to every sink the settings switch on. docs/operations.md lists them, their sinks, and why no counters.
 """
 
-import threading
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -59,8 +57,8 @@ HELP = {
 RUN_OUTCOMES = (Outcome.COMPLETED, Outcome.HAS_MORE, Outcome.STOPPED, Outcome.FAILED)
 # The textfile of each group: the configured path for the last run, a sibling for each other group.
 GROUP_FILES = {"last_run": "", "backlog": "_backlog", "last_success": "_last_success", "lock_busy": "_lock_busy"}
-# One bound for a run's whole export, all sinks together: a gateway that accepts and never answers costs no more.
-EXPORT_TIMEOUT_SECONDS = 2  # a sink that does not answer must not hold a stopped run past seconds
+# The Pushgateway's socket timeout: a gateway that does not answer costs a run at most this, for each read.
+EXPORT_TIMEOUT_SECONDS = 2
 
 
 def gauge(name: str, samples: float | dict[tuple[str, ...], float], *labels: str) -> GaugeMetricFamily:
@@ -77,7 +75,7 @@ def backlog_group(backlog: Backlog | None) -> list[Metric]:
     """Without a backlog, the families without samples (what the web collector announces)."""
     kinds = {"property_object": backlog.property_objects, "project": backlog.projects} if backlog else {}
     cards = {(kind, scope): getattr(count, scope) for kind, count in kinds.items() for scope in ("delisted", "overdue")}
-    ages = {(kind,): count.overdue_age(backlog.cutoff).total_seconds() for kind, count in kinds.items()}
+    ages = {(kind,): count.days_past_due(backlog.cutoff) * 86_400 for kind, count in kinds.items()}
     return [gauge(BACKLOG, cards, "kind", "scope"), gauge(OLDEST_OVERDUE_AGE, ages, "kind")]
 
 
@@ -185,57 +183,28 @@ def configured_sinks() -> list[Textfile | Pushgateway]:
     return sinks
 
 
-class RunMetrics:
-    """The metrics of one run. The service hands over the backlog it counted (metrics never count on their own): it
-    calls run_started once it holds the lock, then run_finished exactly once (a lock-busy skip and a failed run
-    included). Warnings go to the run's log."""
+def export_backlog(backlog: Backlog, *, log: RunLog) -> None:
+    """The backlog a run counted at its start (metrics never count on their own)."""
+    export({"backlog": backlog_group(backlog)}, log=log)
 
-    def __init__(self, *, log: RunLog, max_duration: timedelta):
-        self.sinks = configured_sinks()
-        self.max_duration = max_duration
-        self.log = log
 
-    def run_started(self, backlog: Backlog) -> None:
-        self.export({"backlog": backlog_group(backlog)})
+def export_run(result: PurgeResult, backlog: Backlog | None, *, max_duration: timedelta, log: RunLog) -> None:
+    """A run's end, once (a lock-busy skip and a failed run included), with the backlog it counted at its end."""
+    ended = time.time()
+    if result.outcome == Outcome.LOCK_BUSY:
+        return export({"lock_busy": [gauge(LAST_LOCK_BUSY, ended)]}, log=log)
+    groups = {"last_run": last_run_group(result, max_duration=max_duration, ended=ended)}
+    if backlog is not None:
+        groups["backlog"] = backlog_group(backlog)
+    if result.outcome in SUCCESSFUL_OUTCOMES:
+        groups["last_success"] = [gauge(LAST_SUCCESS, ended)]
+    export(groups, log=log)
 
-    def run_finished(
-        self, result: PurgeResult, backlog: Backlog | None = None, *, timeout: float = EXPORT_TIMEOUT_SECONDS,
-    ) -> None:
-        """`timeout`: the export's, cut to what is left of the process's exit bound (StopRequest.exit_wait)."""
-        ended = time.time()
-        if result.outcome == Outcome.LOCK_BUSY:
-            self.export({"lock_busy": [gauge(LAST_LOCK_BUSY, ended)]}, timeout)
-            return
-        groups = {"last_run": last_run_group(result, max_duration=self.max_duration, ended=ended)}
-        if backlog is not None:
-            groups["backlog"] = backlog_group(backlog)
-        if result.outcome in SUCCESSFUL_OUTCOMES:
-            groups["last_success"] = [gauge(LAST_SUCCESS, ended)]
-        self.export(groups, timeout)
 
-    def export(self, groups: dict[str, list[Metric]], timeout: float = EXPORT_TIMEOUT_SECONDS) -> None:
-        # Socket timeouts bound each read, not a whole request (a gateway that drips a byte a second never trips
-        # them), so each sink is exported in a daemon thread joined by the one deadline; a thread left behind dies
-        # with the process.
-        deadline = time.monotonic() + timeout
-        for sink in self.sinks:
-            left = deadline - time.monotonic()
-            if left > 0:
-                worker = threading.Thread(target=self.export_to, args=(sink, groups, left), daemon=True)
-                worker.start()
-                worker.join(timeout=left)
-                if not worker.is_alive():
-                    continue
-            self.log.warning(
-                "metrics not exported: the export took its whole %s s", round(timeout, 1),
-                extra={"sink": str(sink), "timeout_seconds": round(timeout, 1)},
-            )
-
-    def export_to(self, sink: Textfile | Pushgateway, groups: dict[str, list[Metric]], timeout: float) -> None:
+def export(groups: dict[str, list[Metric]], *, log: RunLog) -> None:
+    """To every sink the settings switch on; a failure is a warning in the run's log, never a failed run."""
+    for sink in configured_sinks():
         try:
-            sink.write(groups, timeout=timeout)
+            sink.write(groups, timeout=EXPORT_TIMEOUT_SECONDS)
         except Exception as error:
-            self.log.warning(
-                "metrics not exported: %s", error,
-                extra={"sink": str(sink), "timeout_seconds": EXPORT_TIMEOUT_SECONDS},
-            )
+            log.warning("metrics not exported: %s", error, extra={"sink": str(sink)})

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# Debian tools the test suite runs for real: a Pushgateway, promtool, PgBouncer, systemd-analyze and Chromium (the
-# browser tests drive it with Playwright, whose own browser download is not used). Idempotent: installs only
-# what is missing and refreshes the package index only then. Needs root and apt-get (CI has both); without them it
-# says so, and the tests that need a missing tool skip with that reason.
+# Debian tools the test suite runs for real: a Pushgateway, promtool, PgBouncer, systemd-analyze, nft (the partition
+# tests drop packets with it) and Chromium (the browser tests drive it with Playwright, whose own browser download is
+# not used). Idempotent: installs only what is missing and refreshes the package index only then. Needs root and
+# apt-get (CI has both); without them it says so, and the tests that need a missing tool skip with that reason.
 set -euo pipefail
 
 declare -A PACKAGE_OF_TOOL=(
     [prometheus-pushgateway]=prometheus-pushgateway [promtool]=prometheus [pgbouncer]=pgbouncer [systemd-analyze]=systemd
-    [chromium]=chromium
+    [nft]=nftables [chromium]=chromium
 )
 
 missing=()

@@ -13,9 +13,11 @@ pytest_plugins = ["tests.servers"]
 
 @pytest.fixture(autouse=True)
 def production_default_limits(settings):
-    """Every test starts from the design document's limits, whatever the environment running the suite sets."""
+    """Every test starts from the design document's limits, whatever the environment running the suite sets, and
+    with no metrics sink: a test that reads one sets its own (not the checkout's .demo/ of development)."""
     for name, value in DEFAULT_LIMITS.items():
         setattr(settings, name, value)
+    settings.DELISTED_RETENTION_METRICS_TEXTFILE = ""
 
 
 @pytest.fixture(autouse=True)

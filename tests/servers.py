@@ -1,5 +1,5 @@
 """Real servers the tests start on free loopback ports and tear down after: a PgBouncer in front of a database,
-a throwaway primary with a streaming standby, a Pushgateway, and a TCP proxy that freezes
+a throwaway primary with a streaming standby, a Pushgateway, and a TCP proxy that freezes as a network partition
 (tests.freezing_proxy). Registered as a pytest plugin by tests/conftest.py,
 so the fixtures at the end are available to every test.
 
@@ -343,6 +343,8 @@ def pushgateway() -> Iterator[str]:
 
 @pytest.fixture
 def freezing_proxy(django_db_setup) -> Iterator[FreezingProxy]:
-    """A proxy in front of the test database that forwards until the test freezes it (tests.freezing_proxy)."""
-    with running_freezing_proxy(database_url_of_tests()) as proxy:
+    """A proxy in front of the test database that forwards until the test freezes it, and then drops every packet of
+    its connections (tests.freezing_proxy): nftables, as root."""
+    nft = installed_tool("nft", "nftables")
+    with running_freezing_proxy(database_url_of_tests(), nft=nft) as proxy:
         yield proxy

@@ -17,10 +17,9 @@ import pytest
 from django.db import connection, connections, transaction
 
 from retention.limits import PurgeLimits
-from retention.service import LOCK_NAME, purge_delisted_cards
 from retention.locks import advisory_lock_key
-from retention.session import JobSession
-from retention.stopping import StopRequest
+from retention.service import LOCK_NAME, purge_delisted_cards
+from retention.session import JobSession, StopRequest
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
@@ -42,12 +41,30 @@ def limits(**changes) -> PurgeLimits:
     return PurgeLimits.from_settings().replace(**changes)
 
 
-def purge(*, dry_run=False, now=None, stop=None, on_start=None, on_batch=None, using=None, **limit_changes):
+def purge(*, dry_run=False, now=None, stop=None, progress=None, using=None, **limit_changes):
     """The service at the production defaults, limits changed per test."""
     return purge_delisted_cards(
-        limits(**limit_changes), dry_run=dry_run, now=now, stop=stop, on_start=on_start, on_batch=on_batch,
-        using=using,
+        limits(**limit_changes), dry_run=dry_run, now=now, stop=stop, progress=progress, using=using,
     )
+
+
+class Progress:
+    """A stand-in for the command's progress bar (tqdm's reset and update): the total the run starts from, the cards
+    of each batch, and a test's hook on each."""
+
+    def __init__(self, on_batch=None, on_start=None):
+        self.total, self.batches = None, []
+        self.on_batch, self.on_start = on_batch, on_start
+
+    def reset(self, total: int) -> None:
+        self.total = total
+        if self.on_start:
+            self.on_start(total)
+
+    def update(self, cards: int) -> None:
+        self.batches.append(cards)
+        if self.on_batch:
+            self.on_batch(cards)
 
 
 def job_session(*, using: str = "default", stop: StopRequest | None = None, **limit_changes) -> JobSession:
@@ -98,8 +115,10 @@ def manage_command(*args: str) -> list[str]:
 
 
 def manage_env(**extra: str) -> dict[str, str]:
-    """The environment of a manage.py subprocess talking to the test database."""
-    return os.environ | {"DATABASE_URL": database_url_of_tests(), "PYTHONUNBUFFERED": "1"} | extra
+    """The environment of a manage.py subprocess talking to the test database, writing metrics nowhere unless the
+    test says where."""
+    test_database = {"DATABASE_URL": database_url_of_tests(), "DELISTED_RETENTION_METRICS_TEXTFILE": ""}
+    return os.environ | test_database | {"PYTHONUNBUFFERED": "1"} | extra
 
 
 def run_manage(*args: str, timeout: float = 60, **extra_env: str) -> subprocess.CompletedProcess:

@@ -27,7 +27,15 @@ from tests.support import PROJECT_ROOT, advisory_lock_holders, manage_command, m
 JOB_APPLICATION_NAME = "purge_delisted %"  # a LIKE pattern
 # A bound for anything a test waits for, so that a broken guarantee fails the test instead of hanging it.
 WAIT_SECONDS = 30
-STOP_SECONDS = 5  # every wait of the job ends at most this long after SIGTERM (docs/how-it-works.md)
+# The process exits this soon after a SIGTERM with nothing stuck (the batch in flight ends, the run counts what is
+# left and prints its result), and after a second SIGTERM or SIGINT whatever it waits on.
+EXIT_SECONDS = 1
+# Between a first and a second signal: two signals pending at once are one to the process. The first's handler runs
+# within milliseconds, psycopg and the run's sleep waking up for it.
+SIGNAL_GAP = 0.3
+# After a second signal the job's backend sees its client gone within the server's connection check (1 s) and
+# exits, its batch rolled back and its lock freed; generous for load.
+LOCK_FREED_SECONDS = 5
 HELD_TITLE = "hold this batch"
 
 T = TypeVar("T")
@@ -114,6 +122,16 @@ class HeldBatch:
 
     def open_gate(self) -> None:
         execute("UPDATE fault_injection.gate SET open = true")
+
+    def release(self, job: subprocess.Popen) -> dict:
+        """Opens the gate; the job's `--json` result once it has exited 0, within EXIT_SECONDS of the gate opening."""
+        self.open_gate()
+        opened = time.monotonic()
+        result, stderr = finished(job)
+        took = time.monotonic() - opened
+        assert job.returncode == 0, stderr
+        assert took <= EXIT_SECONDS, took
+        return result
 
     def wait_until_held(self, job: subprocess.Popen) -> int:
         """The pid of the job's backend once it waits in the trigger; fails at once if the job ended instead."""
@@ -209,17 +227,46 @@ def finished(job: subprocess.Popen) -> tuple[dict, str]:
     return json.loads(stdout), stderr
 
 
-def stopped_within_bound(job: subprocess.Popen) -> tuple[dict | None, str]:
-    """SIGTERM the job and wait for its exit; fails naming how long it ran on when that took over STOP_SECONDS (the
-    job is killed at twice the bound, so that a wait that never ends fails quickly too)."""
-    signalled = time.monotonic()
-    job.send_signal(signal.SIGTERM)
+def signalled(job: subprocess.Popen, *signums: signal.Signals) -> tuple[dict | None, str, float]:
+    """Send the job these signals, SIGNAL_GAP apart, and wait for its exit (killed after WAIT_SECONDS, which fails
+    the test). Returns its `--json` result (None when it printed none), its stderr, and how long after the last
+    signal it exited."""
+    for number, signum in enumerate(signums):
+        if number:
+            time.sleep(SIGNAL_GAP)
+        job.send_signal(signum)
+    sent = time.monotonic()
     try:
-        stdout, stderr = job.communicate(timeout=2 * STOP_SECONDS)
+        stdout, stderr = job.communicate(timeout=WAIT_SECONDS)
     except subprocess.TimeoutExpired:
         job.kill()
         _, stderr = job.communicate()
-        raise AssertionError(f"still running {2 * STOP_SECONDS}s after SIGTERM; stderr: {stderr[-2000:]}") from None
-    took = time.monotonic() - signalled
-    assert took <= STOP_SECONDS, f"exited {took:.1f}s after SIGTERM (exit {job.returncode}); stderr: {stderr[-2000:]}"
-    return (json.loads(stdout) if stdout.strip() else None), stderr
+        raise AssertionError(f"still running {WAIT_SECONDS}s after {signums}; stderr: {stderr[-2000:]}") from None
+    return (json.loads(stdout) if stdout.strip() else None), stderr, time.monotonic() - sent
+
+
+def stopped_within_bound(job: subprocess.Popen) -> tuple[dict | None, str]:
+    """SIGTERM the job, which waits on nothing stuck, and wait for its exit; fails naming how long it ran on when that
+    took over EXIT_SECONDS."""
+    result, stderr, took = signalled(job, signal.SIGTERM)
+    assert took <= EXIT_SECONDS, f"exited {took:.2f}s after SIGTERM (exit {job.returncode}); stderr: {stderr[-2000:]}"
+    return result, stderr
+
+
+def ended_by_a_second_signal(job: subprocess.Popen, signum: signal.Signals) -> None:
+    """A first and a second `signum`: the process exits within EXIT_SECONDS of the second, with status 128 + signum,
+    no result, and one error line saying so."""
+    result, stderr, took = signalled(job, signum, signum)
+    assert took <= EXIT_SECONDS, f"exited {took:.2f}s after the second {signum.name}; stderr: {stderr[-2000:]}"
+    assert job.returncode == 128 + signum, stderr
+    assert result is None, result
+    assert one_error_line(stderr).startswith(f"a second {signum.name} ended the process at once: "), stderr
+
+
+def seconds_until_the_lock_is_free() -> float:
+    """How long until the server has no session of the job and nobody holds its lock; fails after
+    LOCK_FREED_SECONDS."""
+    started = time.monotonic()
+    wait_for(lambda: not job_backend_pids() and not job_lock_holders(), what="the job's session and lock to go",
+             timeout=LOCK_FREED_SECONDS)
+    return time.monotonic() - started

@@ -3,13 +3,16 @@ huge or non-numeric value, stops the job with exit 2 and one line on stderr nami
 
 Options and out-of-range settings go through the command's own `run_from_argv` in this process (what `manage.py`
 calls after start-up; the command reads a setting exactly where it reads the option). A setting that is not a
-whole number stops the settings module at start-up, so those run as real `manage.py` processes, side by side."""
+whole number stops the settings module at start-up: its reader is tested here for every setting and value, and
+real `manage.py` processes, side by side, show each kind of value stopping start-up in one line."""
 
 import subprocess
 
 import pytest
+from django.core.exceptions import ImproperlyConfigured
 
 from config.logging import TextFormatter
+from config.settings import env_int
 from retention.management.commands.purge_delisted import Command
 from tests.support import PROJECT_ROOT, manage_command
 from tests.factories import ProjectCardFactory, PropertyObjectCardFactory
@@ -127,13 +130,23 @@ def test_an_out_of_range_setting_is_rejected_in_one_line_naming_it(
             assert_rejected_in_one_line(run_in_process(), naming=setting)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("setting", NUMERIC_SETTINGS)
-def test_a_setting_that_is_not_a_whole_number_stops_manage_py_in_one_line_naming_it(overdue_catalog, subtests, setting):
-    runs = run_side_by_side([job_environment(**{setting: value}) for value in NOT_WHOLE_NUMBERS.values()])
-
-    for (kind, value), run in zip(NOT_WHOLE_NUMBERS.items(), runs):
+def test_a_setting_that_is_not_a_whole_number_is_refused_naming_it(monkeypatch, subtests, setting):
+    for kind, value in NOT_WHOLE_NUMBERS.items():
         with subtests.test(kind, value=value):
+            monkeypatch.setenv(setting, value)
+            with pytest.raises(ImproperlyConfigured, match=f"^{setting} must be a whole number"):
+                env_int(setting, 1)
+
+
+@pytest.mark.slow
+def test_a_setting_that_is_not_a_whole_number_stops_manage_py_in_one_line_naming_it(overdue_catalog, subtests):
+    # Each kind of value once, each on another setting: the settings module reads them all with env_int (above).
+    cases = list(zip(NUMERIC_SETTINGS, NOT_WHOLE_NUMBERS.values(), strict=False))
+    runs = run_side_by_side([job_environment(**{setting: value}) for setting, value in cases])
+
+    for (setting, value), run in zip(cases, runs):
+        with subtests.test(setting, value=value):
             assert_rejected_in_one_line(run, naming=setting)
 
 

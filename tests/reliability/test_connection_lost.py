@@ -1,6 +1,7 @@
 """The job's database connection is lost mid-run (pg_terminate_backend): the run fails with exit 1 and an error
 log naming the run and the failed batch, earlier batches stay committed, and the next run completes. The run opens
-no other connection, so the failed batch's ids (which only the lost session had) are not read again."""
+no other connection (the job connects through a proxy that counts them), so the failed batch's ids (which only the
+lost session had) are not read again."""
 
 import re
 from datetime import timedelta
@@ -25,7 +26,7 @@ from tests.reliability.support import (
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 
-def test_terminated_backend_fails_the_run_keeps_earlier_batches_and_logs_the_failed_batch():
+def test_terminated_backend_fails_the_run_keeps_earlier_batches_and_logs_the_failed_batch(freezing_proxy):
     # Oldest first with two cards per batch: batch 0 takes cards 0-1, batch 1 (held) takes cards 2-3.
     long_ago = timezone.now() - timedelta(days=60)
     cards = [
@@ -40,12 +41,13 @@ def test_terminated_backend_fails_the_run_keeps_earlier_batches_and_logs_the_fai
     before = CatalogState.read()
 
     with held_batch() as fault:
-        job = start_purge("--batch-size", "2")
+        job = start_purge("--batch-size", "2", DATABASE_URL=freezing_proxy.url())
         backend = fault.wait_until_held(job)
         query("SELECT pg_terminate_backend(%s)", [backend])
         _, stderr = job.communicate(timeout=WAIT_SECONDS)
 
     assert job.returncode == 1, stderr
+    assert freezing_proxy.clients == 1  # none after the loss, not even Django's own to turn autocommit back on
     run_id = re.search(r"purge started run_id=(\S+)", stderr).group(1)
     failed = re.search(r"batch failed run_id=(\S+) phase=property_objects batch_index=1 .*sqlstate=57P01", stderr)
     assert failed, stderr

@@ -1,15 +1,18 @@
 """Culprits (cards a trigger refuses to delete) at the production limits: isolating them costs statements, not
-transactions, so a run goes past last night's culprits and deletes what lies behind them; a refusal of everything
-stops the run within seconds as one line; the output names at most CULPRITS_LISTED of them."""
+transactions, so a run goes past last night's culprits and deletes what lies behind them; one culprit costs a few
+statements, and a refusal of everything is recognised in a few too and stops the run as one line; the output names at
+most CULPRITS_LISTED of them."""
 
 import json
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import psycopg
 import pytest
 from django.db import connection
 
-from retention.results import PurgeFailed, StopReason
-from retention.service import CULPRITS_LISTED
+from retention.results import CULPRITS_LISTED, StopReason
 from tests.support import database_url_of_tests, deletes_refused, purge, run_manage
 
 POISON = "OLD.title = 'poison'"
@@ -40,6 +43,29 @@ def remaining() -> int:
         return cursor.fetchone()[0]
 
 
+@contextmanager
+def delete_statements_counted() -> Iterator[list[int]]:
+    """The DELETE statements run on the property-object cards in the block, committed or not (a sequence's nextval
+    survives a rollback), as the list's one element once the block ends."""
+    with connection.cursor() as cursor:
+        cursor.execute("""
+            CREATE SEQUENCE public.card_deletes;
+            CREATE FUNCTION public.count_delete() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN PERFORM nextval('public.card_deletes'); RETURN NULL; END $$;
+            CREATE TRIGGER count_delete BEFORE DELETE ON catalog.property_object_cards
+                FOR EACH STATEMENT EXECUTE FUNCTION public.count_delete();
+        """)
+    counted = []
+    try:
+        yield counted
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM public.card_deletes")
+            counted.append(cursor.fetchone()[0])
+            cursor.execute("DROP TRIGGER count_delete ON catalog.property_object_cards;"
+                           " DROP FUNCTION public.count_delete(); DROP SEQUENCE public.card_deletes")
+
+
 def job_transactions(run) -> tuple[object, int]:
     """What `run()` returns and how many transactions the database counted meanwhile (the job runs as a process,
     whose statistics are flushed when its session ends). The database counts autovacuum's too, and the cards
@@ -63,10 +89,9 @@ def job_transactions(run) -> tuple[object, int]:
 def test_fifty_scattered_culprits_among_twenty_thousand_clear_in_one_run_at_the_defaults():
     overdue_objects(20_000, poison_every=400)
 
-    with deletes_refused(when=POISON), pytest.raises(PurgeFailed) as failure:
-        purge()
+    with deletes_refused(when=POISON):
+        result = purge()
 
-    result = failure.value.result
     assert remaining() == 50
     assert result.deleted_property_object_cards == 19_950 and result.has_more is False
     assert result.culprit_count == 50 and len(result.culprits) == CULPRITS_LISTED
@@ -77,10 +102,9 @@ def test_fifty_scattered_culprits_among_twenty_thousand_clear_in_one_run_at_the_
 def test_the_cards_behind_a_wall_of_two_thousand_culprits_are_deleted_in_the_same_run():
     overdue_objects(4_000, poison_first=2_000)
 
-    with deletes_refused(when=POISON), pytest.raises(PurgeFailed) as failure:
-        purge()
+    with deletes_refused(when=POISON):
+        result = purge()
 
-    result = failure.value.result
     assert result.deleted_property_object_cards == 2_000 and remaining() == 2_000
     assert result.culprit_count == 2_000 and result.stop_reason == StopReason.COMPLETED
     assert result.batches_processed == 2  # the wall, redone in one transaction, and the batch behind it
@@ -88,7 +112,7 @@ def test_the_cards_behind_a_wall_of_two_thousand_culprits_are_deleted_in_the_sam
 
 @pytest.mark.django_db(transaction=True)
 def test_max_batches_one_on_a_batch_of_two_thousand_culprits_is_one_batch_of_two_transactions():
-    overdue_objects(2_000, poison_first=2_000)
+    overdue_objects(2_010, poison_first=2_000)  # and cards after them, which go through
 
     with deletes_refused(when=POISON):
         completed, transactions = job_transactions(lambda: run_manage("purge_delisted", "--json", "--max-batches", "1"))
@@ -96,30 +120,43 @@ def test_max_batches_one_on_a_batch_of_two_thousand_culprits_is_one_batch_of_two
     result = json.loads(completed.stdout)
     assert completed.returncode == 1 and result["batches_processed"] == 1 and result["culprit_count"] == 2_000
     # the lock, the counts at start and end (a chunk of each), the orphan scans, the failed batch and its
-    # isolation: a handful (19 here), not 4,000
-    assert transactions < 30, transactions
+    # isolation: about 20, not 4,000; the database counts autovacuum's too, which a fresh test database invites
+    assert transactions < 100, transactions
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_trigger_refusing_every_delete_stops_the_run_after_two_batches_as_one_line():
+def test_a_trigger_refusing_every_delete_ends_the_run_within_a_hundred_statements_and_five_seconds_as_one_line():
     overdue_objects(10_000, poison_first=10_000)
 
-    with deletes_refused():
+    with deletes_refused(), delete_statements_counted() as deletes:
+        started = time.monotonic()
         completed = run_manage("purge_delisted", "--json")
+        took = time.monotonic() - started
 
     result = json.loads(completed.stdout)
-    assert completed.returncode == 1 and result["outcome"] == "failed"
-    assert result["culprit_count"] == 4_000 and remaining() == 10_000
-    assert "every card of 2 consecutive batches was refused (4000 culprits)" in result["error"]
+    assert completed.returncode == 1 and result["outcome"] == "failed" and remaining() == 10_000
+    assert "parts of a refused batch were all refused, and so were the cards after it" in result["error"]
     assert "deletes refused by the test" in result["error"]
+    assert deletes[0] <= 100 and took < 5, (deletes, took)
     assert len(completed.stdout) < 8_000
     assert len(completed.stderr.splitlines()) < 100
 
 
 @pytest.mark.django_db(transaction=True)
+def test_one_culprit_among_two_thousand_is_found_within_twenty_six_delete_statements():
+    overdue_objects(2_000, poison_every=1_337)
+
+    with deletes_refused(when=POISON), delete_statements_counted() as deletes:
+        result = purge()
+
+    assert result.culprit_count == 1 and result.deleted_property_object_cards == 1_999 and remaining() == 1
+    assert deletes[0] <= 26, deletes
+
+
+@pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize(("cards", "poison_every", "options", "refusal"), [
     (1_000, 20, (), LONG_REFUSAL),  # 50 scattered culprits, 20 of them listed
-    (1_000, 1, ("--batch-size", "100"), LONG_REFUSAL),  # every delete refused: a systemic stop, naming the message
+    (1_000, 1, ("--batch-size", "50"), LONG_REFUSAL),  # every delete refused: a systemic stop, naming the message
     (1_000, 20, (), ESCAPED_REFUSAL),
 ], ids=["fifty culprits", "every card refused", "escapes in every character"])
 def test_culprits_with_long_error_messages_keep_the_json_result_under_16_kib(cards, poison_every, options, refusal):
@@ -130,7 +167,7 @@ def test_culprits_with_long_error_messages_keep_the_json_result_under_16_kib(car
 
     result = json.loads(completed.stdout)
     assert completed.returncode == 1 and result["outcome"] == "failed"
-    assert result["culprit_count"] >= 50 and len(result["culprits"]) == CULPRITS_LISTED
+    assert len(result["culprits"]) == min(result["culprit_count"], CULPRITS_LISTED) > 0
     # Shortened like a log line: the head of the message stays, which says what refused the card.
     assert all(culprit["error"].startswith(refusal[:60]) for culprit in result["culprits"])
     size = len(completed.stdout.encode())
@@ -141,10 +178,8 @@ def test_culprits_with_long_error_messages_keep_the_json_result_under_16_kib(car
 def test_an_internal_error_xx000_ends_the_run_instead_of_making_a_culprit():
     overdue_objects(40, poison_every=10)
 
-    with deletes_refused(when=POISON, error="cache lookup failed", sqlstate="XX000"), \
-            pytest.raises(PurgeFailed) as failure:
-        purge(batch_size=16)
+    with deletes_refused(when=POISON, error="cache lookup failed", sqlstate="XX000"):
+        result = purge(batch_size=16)
 
-    result = failure.value.result
     assert result.stop_reason == StopReason.FAILED and result.culprit_count == 0
     assert "cache lookup failed" in result.error and remaining() == 40

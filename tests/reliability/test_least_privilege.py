@@ -106,7 +106,7 @@ def test_the_job_completes_a_run_as_the_least_privileged_role(retention_role):
     DeveloperRankingRuleFactory.create_batch(2, project_id=overdue_project.id)
     rules_before = ranking_rules()
 
-    # Its session's bounds (retention.bounds) are set under the role too: the run's first transaction fails otherwise.
+    # Its session's bounds (retention.session) are set under the role too: the run's first transaction fails otherwise.
     run = run_purge("--batch-size", "1", DATABASE_URL=retention_role)
 
     assert run.returncode == 0, run.stderr

@@ -61,7 +61,8 @@ def start_purge(replica: Replica, *options: str) -> subprocess.Popen:
     return subprocess.Popen(
         manage_command("purge_delisted", "--json", "--max-replica-lag-seconds", str(MAX_LAG_SECONDS), *options),
         cwd=PROJECT_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env={"PATH": "/usr/bin:/bin", "DATABASE_URL": replica.primary_url, "LOG_LEVEL": "INFO"},
+        env={"PATH": "/usr/bin:/bin", "DATABASE_URL": replica.primary_url, "LOG_LEVEL": "INFO",
+             "DELISTED_RETENTION_METRICS_TEXTFILE": ""},  # not the checkout's .demo/ of development
     )
 
 

@@ -1,6 +1,9 @@
 """Soak: for a bounded time, worker threads delist, restore and upsert projects and property objects through
 catalog.operations while purge runs repeat with small batches and a one-second retention, so cards become overdue
-during the soak. Afterwards everything is checked against two records the job knows nothing about:
+during the soak; and `manage.py purge_delisted` processes repeat too, each sent SIGTERM once it runs (at a random
+moment of a run with overdue cards seeded for it, or just after its `purge completed` line): every one must print its
+result and exit with its run's status.
+Afterwards everything is checked against two records the job knows nothing about:
 
 * soak_record.operations — each worker writes what its operation did in the operation's own transaction: the
   card's new status, and `now()`, which is exactly the updated_at the operation wrote. Each worker owns its own
@@ -10,8 +13,11 @@ during the soak. Afterwards everything is checked against two records the job kn
 
 RELIABILITY_SOAK_SECONDS sets the length (default 12, at most 30)."""
 
+import json
 import os
 import random
+import signal
+import subprocess
 import threading
 import time
 import traceback
@@ -30,7 +36,7 @@ from tests.factories import (
     PropertyObjectDisplayOverrideFactory,
 )
 from tests.support import purge
-from tests.reliability.support import WAIT_SECONDS, CatalogState, execute, query
+from tests.reliability.support import WAIT_SECONDS, CatalogState, execute, query, start_purge
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -42,6 +48,10 @@ PROJECTS_PER_WORKER = 5
 OBJECTS_PER_PROJECT = 3
 PROJECT = "project"
 PROPERTY_OBJECT = "property_object"
+# Cards 60 days overdue for a signalled process, whose retention is whole days (the workers' cards never are it): about
+# half a second of batches of 5 and pauses of 10 ms.
+SEEDED = 200
+RESULT_OUTCOMES = {"completed", "has_more", "stopped", "lock_busy"}  # a signalled run's: never failed, never none
 
 RECORD_SCHEMA = """
 CREATE SCHEMA soak_record;
@@ -90,6 +100,29 @@ def record(kind: str, card_id: uuid.UUID, outcome: str, status: str) -> None:
     execute(
         "INSERT INTO soak_record.operations (kind, card_id, outcome, status) VALUES (%s, %s, %s, %s)",
         [kind, card_id, outcome, status],
+    )
+
+
+def seed_overdue_objects(count: int) -> None:
+    """`count` property objects Delisted 60 days ago under a Published project of their own, recorded as the workers
+    record their operations (the moment recorded is the updated_at written)."""
+    execute(
+        """
+        WITH project AS (
+            INSERT INTO catalog.project_cards (id, developer_id, title, status, updated_at)
+            VALUES (gen_random_uuid(), gen_random_uuid(), 'seeded', 'Published', now()) RETURNING id, updated_at
+        ), objects AS (
+            INSERT INTO catalog.property_object_cards (id, project_id, title, status, updated_at)
+            SELECT gen_random_uuid(), project.id, 'seeded', 'Delisted', now() - interval '60 days' - n * interval '1 s'
+              FROM project, generate_series(1, %s) AS n
+            RETURNING id, updated_at
+        )
+        INSERT INTO soak_record.operations (kind, card_id, outcome, status, at)
+        SELECT 'project', id, 'seeded', 'Published', updated_at FROM project
+         UNION ALL
+        SELECT 'property_object', id, 'seeded', 'Delisted', updated_at FROM objects
+        """,
+        [count],
     )
 
 
@@ -184,14 +217,76 @@ def in_thread(work, errors: list[str]) -> threading.Thread:
     return thread
 
 
-def purge_repeatedly(deadline: float, results: list) -> None:
+def purge_repeatedly(deadline: float, results: list, hold_off: threading.Event) -> None:
+    """Runs in this process, back to back; none begins while `hold_off` is set."""
     while time.monotonic() < deadline:
-        results.append(
-            purge(
-                retention=RETENTION, batch_size=3, max_batches=20, max_duration=timedelta(seconds=2)
+        if not hold_off.is_set():
+            results.append(
+                purge(
+                    retention=RETENTION, batch_size=3, max_batches=20, max_duration=timedelta(seconds=2)
+                )
             )
-        )
         time.sleep(0.05)
+
+
+def signalled_run(number: int, schedule: random.Random, hold_off: threading.Event) -> tuple[str, str | None]:
+    """A purge_delisted process sent SIGTERM once it runs: every second one at a random moment after its last line
+    (`purge completed`, or `purge skipped` on a busy lock); the others at a random moment of a run that has SEEDED
+    overdue cards to delete, which the runs in this process leave to it until it holds the lock. Returns its outcome,
+    and what went wrong, if anything."""
+    after_the_end = number % 2 == 1
+    if not after_the_end:
+        hold_off.set()
+        seed_overdue_objects(SEEDED)
+    job = start_purge("--json", "--batch-size", "5", "--batch-pause-ms", "10")
+    began, ended, lines = threading.Event(), threading.Event(), []
+
+    def read_stderr() -> None:
+        for line in job.stderr:
+            lines.append(line)
+            if "purge started" in line or "purge skipped" in line:
+                began.set()
+            if "purge completed" in line or "purge skipped" in line:
+                ended.set()
+        began.set()
+        ended.set()
+
+    reader = threading.Thread(target=read_stderr)
+    reader.start()
+    (ended if after_the_end else began).wait(WAIT_SECONDS)
+    hold_off.clear()
+    # During the run's batches; or from its last line to its exit, about 0.2 s in which it prints its result.
+    time.sleep(schedule.uniform(0, 0.3 if not after_the_end else 0.2))
+    moment = "after its end" if after_the_end else "during its run"
+    if job.poll() is None:
+        job.send_signal(signal.SIGTERM)
+    else:
+        moment = "never: it had exited"
+    try:
+        job.wait(timeout=WAIT_SECONDS)
+    except subprocess.TimeoutExpired:
+        job.kill()
+        job.wait()
+    reader.join(timeout=WAIT_SECONDS)
+    stdout = job.stdout.read()
+    job.stdout.close()
+    try:
+        outcome = json.loads(stdout)["outcome"]
+    except json.JSONDecodeError:
+        outcome = None
+    if job.returncode == 0 and outcome in RESULT_OUTCOMES:
+        return f"{outcome} (signalled {moment})", None
+    return "broken", f"run {number}, signalled {moment}: exit {job.returncode}, {stdout!r}, {''.join(lines)[-800:]}"
+
+
+def purge_signalled_repeatedly(deadline: float, outcomes: Counter, problems: list[str], hold_off) -> None:
+    schedule, number = random.Random(0), 0
+    while time.monotonic() < deadline:
+        outcome, problem = signalled_run(number, schedule, hold_off)
+        outcomes[outcome] += 1
+        if problem:
+            problems.append(problem)
+        number += 1
 
 
 def test_soak_under_concurrent_source_events_deletes_only_overdue_delisted_cards(soak_record):
@@ -207,15 +302,17 @@ def test_soak_under_concurrent_source_events_deletes_only_overdue_delisted_cards
     rules_before = list(DeveloperRankingRule.objects.order_by("id").values())
     overrides_before = CatalogState.read()
 
-    errors, purge_results = [], []
+    errors, purge_results, signalled, unanswered, hold_off = [], [], Counter(), [], threading.Event()
     deadline = time.monotonic() + SOAK_SECONDS
     threads = [in_thread(lambda worker=worker: worker.run_until(deadline), errors) for worker in workers]
-    threads += [in_thread(lambda: purge_repeatedly(deadline, purge_results), errors) for _ in range(PURGERS)]
+    threads += [in_thread(lambda: purge_repeatedly(deadline, purge_results, hold_off), errors) for _ in range(PURGERS)]
+    threads.append(in_thread(lambda: purge_signalled_repeatedly(deadline, signalled, unanswered, hold_off), errors))
     for thread in threads:
         thread.join(timeout=SOAK_SECONDS + WAIT_SECONDS)
     assert not any(thread.is_alive() for thread in threads), "a soak thread did not finish"
 
     assert errors == []
+    assert unanswered == [], "\n".join(unanswered)  # every signalled process printed its result
     deletions = query(
         "SELECT kind, card_id, status, updated_at, deleted_at, project_existed FROM soak_record.deletions"
     )
@@ -226,10 +323,14 @@ def test_soak_under_concurrent_source_events_deletes_only_overdue_delisted_cards
 
     stats = sum((worker.stats for worker in workers), Counter())
     deleted = Counter(kind for kind, *_ in deletions)
-    print(f"soak {SOAK_SECONDS}s: {len(purge_results)} purge runs, deleted {dict(deleted)}, events {dict(stats)}")
+    print(f"soak {SOAK_SECONDS}s: {len(purge_results)} purge runs, signalled processes {dict(signalled)}, "
+          f"deleted {dict(deleted)}, events {dict(stats)}")
     # The soak proved something only if both phases purged, and purged cards came back from the source.
     assert deleted[PROPERTY_OBJECT] and deleted[PROJECT]
     assert stats["object created"] > WORKERS * PROJECTS_PER_WORKER * OBJECTS_PER_PROJECT
+    # And the signals came both during a run, which stopped, and after a run (or a skip) had printed its last line.
+    assert signalled["stopped (signalled during its run)"]
+    assert sum(count for outcome, count in signalled.items() if outcome.endswith("(signalled after its end)"))
 
 
 def assert_every_deleted_card_was_overdue_delisted(deletions: list[tuple]) -> None:

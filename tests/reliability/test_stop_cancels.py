@@ -1,41 +1,51 @@
-"""SIGTERM cancels the statement in flight: a run blocked behind another session's lock ends as `stopped` within
-seconds and releases the advisory lock, for the start count and for the dry run's preview alike."""
+"""A first SIGTERM asks the run to stop before its next batch and cancels nothing: with nothing stuck the process exits
+within EXIT_SECONDS at the default batch size, its batches whole; in the pause between batches it ends at once; a
+batch in flight runs to its end, commits whole, and no other starts. The run ends `stopped` (exit 0) with `has_more`,
+and the next run completes. Seen from outside: the process, its `--json` result and the catalog."""
 
+import json
+import signal
+import time
+from datetime import timedelta
 
-import psycopg
 import pytest
+from django.utils import timezone
 
 from catalog.models import PropertyObjectCard
-from tests.factories import PropertyObjectCardFactory
-from tests.support import database_url_of_tests
+from tests.factories import PropertyObjectCardFactory, PropertyObjectDisplayOverrideFactory
 from tests.reliability.support import (
-    job_backend_pids, job_lock_holders, query, start_purge, stopped_within_bound, wait_for,
+    HELD_TITLE, CatalogState, held_batch, insert_overdue_objects, query, run_purge, start_purge, stopped_within_bound,
+    wait_for,
 )
+from tests.support import database_url_of_tests
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
-NO_TIMEOUTS = {"DELISTED_RETENTION_LOCK_TIMEOUT_MS": "600000", "DELISTED_RETENTION_STATEMENT_TIMEOUT_MS": "600000"}
+DEFAULT_BATCH_SIZE = 2000
+OVERDUE = 15 * DEFAULT_BATCH_SIZE  # about half a second of batches here: the run is still deleting at the signal
 
 
-def waiting_on_a_lock() -> bool:
-    return bool(job_backend_pids()) and bool(query(
-        "SELECT 1 FROM pg_stat_activity WHERE pid = ANY(%s) AND wait_event_type = 'Lock'", [job_backend_pids()]
-    ))
+def assert_the_next_run_completes() -> None:
+    next_run = run_purge("--json")
+    assert next_run.returncode == 0, next_run.stderr
+    assert json.loads(next_run.stdout)["outcome"] == "completed"
+    assert not PropertyObjectCard.objects.exists()
 
 
-@pytest.mark.parametrize("options", [("--json",), ("--json", "--dry-run")], ids=["start count", "dry-run preview"])
-def test_sigterm_cancels_a_blocked_statement_and_the_run_ends_stopped(options):
-    PropertyObjectCardFactory.create_batch(2, long_delisted=True)
+def test_sigterm_with_nothing_stuck_exits_within_a_second_at_the_default_batch_size_its_batches_whole():
+    insert_overdue_objects(database_url_of_tests(), OVERDUE)
+    job = start_purge("--json")
+    wait_for(lambda: PropertyObjectCard.objects.count() < OVERDUE, what="the first batch")
 
-    with psycopg.connect(database_url_of_tests()) as other_session:  # its transaction stays open in the block
-        other_session.execute("LOCK TABLE catalog.property_object_cards IN ACCESS EXCLUSIVE MODE")
-        job = start_purge(*options, **NO_TIMEOUTS)
-        wait_for(waiting_on_a_lock, what="the job to wait behind the table lock")
-        result, stderr = stopped_within_bound(job)  # while the table lock is still held
+    result, stderr = stopped_within_bound(job)
 
     assert job.returncode == 0, stderr
-    assert result["stop_reason"] == "stopped"
-    assert job_lock_holders() == []
+    assert f"batch_size={DEFAULT_BATCH_SIZE} " in stderr
+    assert (result["stop_reason"], result["outcome"], result["has_more"]) == ("stopped", "stopped", True)
+    deleted = result["deleted_property_object_cards"]
+    assert deleted == DEFAULT_BATCH_SIZE * result["batches_processed"] and 0 < deleted < OVERDUE, result
+    assert PropertyObjectCard.objects.count() == OVERDUE - deleted
+    assert_the_next_run_completes()
 
 
 def test_sigterm_during_a_long_batch_pause_ends_the_run_at_once():
@@ -46,4 +56,32 @@ def test_sigterm_during_a_long_batch_pause_ends_the_run_at_once():
     result, stderr = stopped_within_bound(job)  # far less than the pause
 
     assert job.returncode == 0, stderr
-    assert (result["stop_reason"], result["deleted_property_object_cards"]) == ("stopped", 1)
+    assert (result["stop_reason"], result["deleted_property_object_cards"], result["has_more"]) == ("stopped", 1, True)
+
+
+def test_sigterm_during_a_batch_does_not_cancel_it_the_batch_commits_whole_and_no_other_starts():
+    long_ago = timezone.now() - timedelta(days=60)
+    cards = [  # oldest first, two a batch: batch 0 (held) takes cards 0 and 1
+        PropertyObjectCardFactory(long_delisted=True, updated_at=long_ago + timedelta(minutes=age),
+                                  title=HELD_TITLE if age == 0 else f"flat {age}")
+        for age in range(6)
+    ]
+    for card in cards:
+        PropertyObjectDisplayOverrideFactory.create_batch(2, property_object_id=card.id)
+    before = CatalogState.read()
+
+    with held_batch() as fault:
+        job = start_purge("--json", "--batch-size", "2")
+        backend = fault.wait_until_held(job)
+        job.send_signal(signal.SIGTERM)
+        time.sleep(1)
+        assert job.poll() is None, "the run ended while its batch was held"
+        assert query("SELECT wait_event FROM pg_stat_activity WHERE pid = %s", [backend]) == [("PgSleep",)]
+        result = fault.release(job)
+
+    assert (result["stop_reason"], result["outcome"], result["has_more"]) == ("stopped", "stopped", True)
+    assert (result["batches_processed"], result["deleted_property_object_cards"]) == (1, 2)
+    after = CatalogState.read()
+    after.assert_whole_batches_since(before)
+    assert after.property_objects == {card.id for card in cards[2:]}
+    assert_the_next_run_completes()

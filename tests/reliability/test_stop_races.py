@@ -1,102 +1,102 @@
-"""SIGTERM at the worst moments: just after the run checked for a stop and before its batch began, between two
-statements of a transaction (where a cancel does nothing), and a cancel meant for a transaction that is over by the
-time it would land. Real database, the session's own watcher."""
+"""A stop at the worst moments, in the service itself: just after the run checked for a stop and before its batch
+began, while a batch is in flight, and during the pause. The stop is a flag read before each batch: what was begun
+runs to its end and commits whole, nothing more begins, and the run's sleep wakes within STOP_POLL."""
 
 import threading
 import time
+from datetime import timedelta
 
 import pytest
-from django.db import connection
+from django.db import connections
+from django.utils import timezone
 
 from catalog.models import PropertyObjectCard
-from retention.results import StopReason
-from retention.stopping import StopRequest, StopRun
-from tests.factories import PropertyObjectCardFactory
-from tests.support import job_session, purge
+from retention.session import STOP_POLL, StopRequest, StopRun
+from tests.factories import PropertyObjectCardFactory, PropertyObjectDisplayOverrideFactory
+from tests.reliability.support import HELD_TITLE, WAIT_SECONDS, CatalogState, held_batch, query, wait_for
+from tests.support import Progress, job_session, purge
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-class StopAfterTheFirstCheck(StopRequest):
-    """A SIGTERM that arrives right after the run's check before batch 1 (the first time the flag is read)."""
+class StopJustAfterTheNextCheck(StopRequest):
+    """A SIGTERM that arrives right after the run's next look at the flag, once `armed`."""
 
     def __init__(self):
-        super().__init__()
-        self.checks = 0
+        self.armed = self.asked = False
+
+    def request(self) -> None:
+        self.asked = True
 
     @property
     def requested(self) -> bool:
-        self.checks += 1
-        if self.checks == 1:
-            self.request()
+        if self.armed and not self.asked:
+            self.request()  # just after this read
             return False
-        return super().requested
+        return self.asked
 
 
-def test_a_stop_between_the_check_and_the_batch_deletes_nothing():
-    PropertyObjectCardFactory.create_batch(3, long_delisted=True)
+def test_a_stop_between_the_check_and_the_batch_lets_that_batch_run_whole_and_starts_no_other():
+    PropertyObjectCardFactory.create_batch(5, long_delisted=True)
+    stop = StopJustAfterTheNextCheck()
+    # Armed after batch 0: the stop comes just after the check before batch 1.
+    progress = Progress(on_batch=lambda cards: setattr(stop, "armed", True))
 
-    result = purge(stop=StopAfterTheFirstCheck(), batch_size=2)
+    result = purge(stop=stop, progress=progress, batch_size=2)
 
-    assert (result.stop_reason, result.batches_processed, result.deleted_property_object_cards) == ("stopped", 0, 0)
-    assert PropertyObjectCard.objects.count() == 3
-    assert result.has_more is True  # the end count still ran: no cancel was left over for it
+    assert (result.stop_reason, result.batches_processed, result.deleted_property_object_cards) == ("stopped", 2, 4)
+    assert result.has_more is True  # the end count ran after the stop, to its end
+    assert PropertyObjectCard.objects.count() == 1
 
 
-def test_a_stop_between_two_statements_of_a_writing_transaction_sends_no_further_statement():
+def test_a_stop_while_a_batch_is_in_flight_lets_it_commit_whole_and_starts_no_other():
+    long_ago = timezone.now() - timedelta(days=60)
+    cards = [PropertyObjectCardFactory(long_delisted=True, updated_at=long_ago + timedelta(minutes=age),
+                                       title=HELD_TITLE if age == 0 else f"flat {age}") for age in range(4)]
+    for card in cards:
+        PropertyObjectDisplayOverrideFactory(property_object_id=card.id)
+    before, stop = CatalogState.read(), StopRequest()
+
+    def stop_the_held_batch_then_let_it_go():
+        try:
+            wait_for(lambda: query("SELECT 1 FROM pg_stat_activity WHERE wait_event = 'PgSleep'"
+                                   " AND datname = current_database()"), what="the batch to be held")
+            stop.request()
+            time.sleep(0.3)  # a cancel, if anything sent one, would land now
+            fault.open_gate()
+        finally:
+            connections.close_all()
+
+    with held_batch() as fault:
+        helper = threading.Thread(target=stop_the_held_batch_then_let_it_go)
+        helper.start()
+        result = purge(stop=stop, batch_size=2)
+        helper.join(timeout=WAIT_SECONDS)
+
+    assert (result.stop_reason, result.batches_processed, result.deleted_property_object_cards) == ("stopped", 1, 2)
+    assert result.has_more is True
+    after = CatalogState.read()
+    after.assert_whole_batches_since(before)
+    assert after.property_objects == {card.id for card in cards[2:]}
+
+
+def test_a_stop_during_the_pause_wakes_the_run_within_the_poll_interval():
     session = job_session()
-    with session.running(), pytest.raises(StopRun) as stopped:
-        with session.transaction(writes=True) as cursor:
-            cursor.execute("SELECT 1")
-            session.stop.request()  # idle in transaction: a cancel now would do nothing
-            time.sleep(0.3)
-            cursor.execute("SELECT pg_sleep(30)")
-    assert stopped.value.reason is StopReason.STOPPED
-
-
-def test_a_stop_reaches_the_statement_in_flight_within_a_second():
-    session = job_session()
-    threading.Timer(0.3, session.stop.request).start()
+    threading.Timer(0.2, session.stop.request).start()
     started = time.monotonic()
-    with session.running(), pytest.raises(StopRun) as stopped:
-        with session.transaction() as cursor:
-            cursor.execute("SELECT pg_sleep(30)")
-    assert stopped.value.reason is StopReason.STOPPED
-    assert time.monotonic() - started < 1.5
+
+    session.sleep(30)
+
+    assert 0.2 <= time.monotonic() - started < 0.2 + STOP_POLL + 0.1
 
 
-def test_a_cancel_meant_for_a_transaction_that_ended_does_not_reach_the_next_statement():
-    session = job_session()
-    with session.running():
-        for _ in range(20):  # the stop lands at a varying moment of a transaction that ends at once
-            with session.transaction() as cursor:
-                cursor.execute("SELECT 1")
-                threading.Timer(0.001, session.stop.request).start()
-        time.sleep(0.3)
-        # What the run does after a stop (the end count, the unlock) runs to its end.
-        with session.transaction() as cursor:
-            cursor.execute("SELECT pg_sleep(1), 'finished'")
-            assert cursor.fetchone()[1] == "finished"
-
-
-def test_a_read_begun_after_the_stop_is_given_a_grace_then_interrupted_too():
-    session = job_session()
-    connection.ensure_connection()  # as a run's is, by then
-    session.stop.request()
+def test_the_pause_never_sleeps_past_the_run_s_deadline():
+    session = job_session(max_duration=timedelta(seconds=0.3))
     started = time.monotonic()
-    with session.running(), pytest.raises(StopRun) as stopped:
-        with session.transaction() as cursor:  # the end count, behind a lock that is never released, say
-            cursor.execute("SELECT pg_sleep(30)")
-    assert stopped.value.reason is StopReason.STOPPED
-    assert 1.5 < time.monotonic() - started < 3.5
 
+    session.sleep(30)
 
-def test_a_second_signal_does_not_put_the_run_s_end_off():
-    stop = StopRequest()
-    stop.request()
-    first = stop.end_by()
-    time.sleep(0.01)
-
-    stop.request()  # a second Ctrl-C, or SIGTERM after SIGINT
-
-    assert stop.end_by() == first
+    assert time.monotonic() - started < 0.3 + 0.1
+    with pytest.raises(StopRun) as stopped:
+        session.check()
+    assert stopped.value.reason == "max_duration"

@@ -1,36 +1,54 @@
-"""Waits of the job that a SIGTERM must end within STOP_SECONDS (tests/reliability/support.py), besides those other
-tests cover: the connection to a database server that never answers, the count at the end of a run that a
-migration's table lock holds up after the signal, and the metrics export to a Pushgateway that never answers, alone
-and with a trace collector that never answers either; and the run's deadline ending a count that such a lock holds
-up. Each is seen from outside: the process, its exit status and its `--json` result.
+"""What a first SIGTERM leaves to its end, a second one ends at once: whatever the process waits on (a batch held in
+the database, a statement behind a table lock, a metrics export to a Pushgateway that never answers, a connect to a
+server that never answers; a partition: test_partition.py), a second SIGTERM or SIGINT ends it within EXIT_SECONDS,
+with exit status 128 + the signal's number and one error line. The server then rolls back the batch in flight and
+frees the advisory lock as the connection closes: nothing is done, and the lock is free again within seconds
+(each test prints how soon). And the run's deadline, like a stop, is checked before each batch: a batch that outlasts
+it runs to its end, and the run ends right after it."""
 
-Covered elsewhere: the start count and the dry run's preview behind a lock, the pause between batches
-(test_stop_cancels.py), a COMMIT waiting for a gone synchronous standby (test_synchronous_commit.py), the wait for a
-lagging standby (test_replica_lag.py), a statement waiting for a saturated pool's server (test_pooler_detection.py),
-a culprit isolation (test_stop_isolation.py)."""
-
-import json
+import signal
 import socket
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import timedelta
 
 import psycopg
 import pytest
+from django.utils import timezone
 
-from tests.factories import PropertyObjectCardFactory
+from tests.factories import PropertyObjectCardFactory, PropertyObjectDisplayOverrideFactory
 from tests.reliability.support import (
-    HELD_TITLE, STOP_SECONDS, WAIT_SECONDS, held_batch, query, run_purge, start_purge, stopped_within_bound,
-    wait_for,
+    HELD_TITLE, WAIT_SECONDS, CatalogState, ended_by_a_second_signal, held_batch, job_backend_pids, query,
+    seconds_until_the_lock_is_free, start_purge, wait_for,
 )
 from tests.support import database_url_of_tests
-from tests.tracing.receiver import running_receiver
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
-# An operator's longer lock timeout, within its range: the stop, not the timeout, must end a wait.
+# An operator's longer lock timeout, within its range: the signal, not the timeout, must end a wait.
 LONG_LOCK_TIMEOUT = {"DELISTED_RETENTION_LOCK_TIMEOUT_MS": "60000"}
+SIGNALS = pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+
+
+def overdue_cards(count: int, *, held: int | None = None) -> list:
+    """Overdue property objects with two overrides each, oldest first; the one at position `held` held by
+    held_batch()."""
+    long_ago = timezone.now() - timedelta(days=60)
+    cards = [
+        PropertyObjectCardFactory(long_delisted=True, updated_at=long_ago + timedelta(minutes=age),
+                                  title=HELD_TITLE if age == held else f"flat {age}")
+        for age in range(count)
+    ]
+    for card in cards:
+        PropertyObjectDisplayOverrideFactory.create_batch(2, property_object_id=card.id)
+    return cards
+
+
+def assert_ended_at_once(job, signum: signal.Signals) -> None:
+    """The second signal ended the process at once, and the server let go of its session and lock soon after."""
+    ended_by_a_second_signal(job, signum)
+    print(f"the lock free {seconds_until_the_lock_is_free():.2f}s after the exit")
 
 
 @contextmanager
@@ -47,95 +65,66 @@ def first_client(server: socket.socket) -> socket.socket:
     return client
 
 
-@contextmanager
-def table_lock_queued(sql: str) -> Iterator[int]:
-    """A migration's `LOCK TABLE ...` on its own connection, queued behind whatever holds the table, held once granted
-    until the block ends. Yields its backend pid."""
-    migration = psycopg.connect(database_url_of_tests())
-    worker = threading.Thread(target=migration.execute, args=(sql,), daemon=True)
-    worker.start()
-    try:
-        yield migration.info.backend_pid
-    finally:
-        if worker.is_alive():
-            migration.cancel_safe()
-        worker.join(timeout=WAIT_SECONDS)
-        migration.close()
+def waiting_on_a_lock() -> bool:
+    return bool(job_backend_pids()) and bool(query(
+        "SELECT 1 FROM pg_stat_activity WHERE pid = ANY(%s) AND wait_event_type = 'Lock'", [job_backend_pids()]
+    ))
 
 
-def waits_for_a_lock(pid: int) -> bool:
-    return bool(query("SELECT 1 FROM pg_stat_activity WHERE pid = %s AND wait_event_type = 'Lock'", [pid]))
-
-
-def test_sigterm_while_connecting_to_a_server_that_never_answers_ends_the_run_stopped():
-    with silent_server() as server:
-        job = start_purge("--json", DATABASE_URL=f"postgres://postgres@127.0.0.1:{server.getsockname()[1]}/catalog")
-        with first_client(server):
-            result, stderr = stopped_within_bound(job)
-
-    assert job.returncode == 0, stderr
-    assert result["stop_reason"] == "stopped"
-
-
-def test_sigterm_during_a_batch_then_a_migration_lock_on_the_cards_does_not_hold_up_the_end_of_the_run():
-    """A deploy sends SIGTERM and a migration queues for the cards table behind the job's batch: the batch, cancelled,
-    lets the migration in, and whatever the job still reads of that table after the signal must not wait for it."""
-    PropertyObjectCardFactory(long_delisted=True, title=HELD_TITLE)
+@SIGNALS
+def test_a_second_signal_while_a_batch_is_held_ends_the_process_at_once_and_the_batch_rolls_back(signum):
+    cards = overdue_cards(6, held=2)
+    before = CatalogState.read()
     with held_batch() as fault:
-        job = start_purge("--json", **LONG_LOCK_TIMEOUT)
-        fault.wait_until_held(job)
-        with table_lock_queued("LOCK TABLE catalog.property_object_cards IN ACCESS EXCLUSIVE MODE") as migration:
-            wait_for(lambda: waits_for_a_lock(migration), what="the migration's lock to queue behind the batch")
-            try:
-                result, stderr = stopped_within_bound(job)
-            finally:
-                if job.poll() is None:
-                    job.kill()
-                    job.communicate()
-
-    assert job.returncode == 0, stderr
-    assert (result["stop_reason"], result["deleted_property_object_cards"]) == ("stopped", 0)
+        job = start_purge("--json", "--batch-size", "2")
+        fault.wait_until_held(job)  # batch 1 (cards 2 and 3), after batch 0 committed
+        assert_ended_at_once(job, signum)
+    after = CatalogState.read()
+    after.assert_whole_batches_since(before)
+    assert after.property_objects == {card.id for card in cards[2:]}  # batch 1 rolled back whole
 
 
-def test_sigterm_while_the_metrics_export_waits_for_a_pushgateway_that_never_answers_ends_the_run_at_once():
-    PropertyObjectCardFactory.create_batch(3, long_delisted=True)
+@pytest.mark.parametrize("options", [(), ("--dry-run",)], ids=["start count", "dry-run preview"])
+def test_a_second_sigterm_ends_a_statement_waiting_behind_a_table_lock_at_once(options):
+    overdue_cards(2)
+    before = CatalogState.read()
+    with psycopg.connect(database_url_of_tests()) as migration:  # its transaction stays open in the block
+        migration.execute("LOCK TABLE catalog.property_object_cards IN ACCESS EXCLUSIVE MODE")
+        job = start_purge("--json", *options, **LONG_LOCK_TIMEOUT)
+        wait_for(waiting_on_a_lock, what="the job to wait behind the table lock")
+        assert_ended_at_once(job, signal.SIGTERM)  # while the table lock is still held
+    assert CatalogState.read() == before
+
+
+def test_a_second_sigterm_ends_a_metrics_export_to_a_pushgateway_that_never_answers_at_once():
+    overdue_cards(3)
+    before = CatalogState.read()
     with silent_server() as gateway:
         job = start_purge("--json", PROMETHEUS_PUSHGATEWAY_URL=f"http://127.0.0.1:{gateway.getsockname()[1]}")
-        with first_client(gateway):  # the export at the start of the run
-            result, stderr = stopped_within_bound(job)
-
-    assert job.returncode == 0, stderr
-    assert result["stop_reason"] == "stopped"
+        with first_client(gateway):  # the export at the start of the run, bound to 2 s
+            assert_ended_at_once(job, signal.SIGTERM)
+    assert CatalogState.read() == before
 
 
-def test_sigterm_with_a_silent_pushgateway_and_a_collector_that_never_answers_still_exits_within_the_bound():
-    """Both waits at the end of a process at once: the metrics export takes its bound, and the trace flush at exit,
-    which alone may wait 3 s, gets only what is left of the stop's bound."""
-    PropertyObjectCardFactory.create_batch(3, long_delisted=True)
-    with silent_server() as gateway, running_receiver(answer=None) as collector:
-        job = start_purge("--json", PROMETHEUS_PUSHGATEWAY_URL=f"http://127.0.0.1:{gateway.getsockname()[1]}",
-                          **collector.env())
-        with first_client(gateway):
-            result, stderr = stopped_within_bound(job)
-
-    assert job.returncode == 0, stderr
-    assert result["stop_reason"] == "stopped"
-    assert collector.requests >= 1 and "tracing: spans not delivered" in stderr, stderr
+def test_a_second_sigterm_ends_a_connect_to_a_server_that_never_answers_at_once():
+    with silent_server() as server:
+        job = start_purge("--json", DATABASE_URL=f"postgres://postgres@127.0.0.1:{server.getsockname()[1]}/catalog")
+        with first_client(server):  # the connect waits up to its 10 s timeout
+            ended_by_a_second_signal(job, signal.SIGTERM)
 
 
-def test_the_deadline_ends_a_count_waiting_for_a_migration_lock_as_a_run_stopped_by_its_time():
-    """The run's deadline reaches a read the way a stop request does: a start count queued behind a migration's table
-    lock (with a lock timeout longer than the run) ends when the run's time is up, not at the lock timeout."""
-    PropertyObjectCardFactory(long_delisted=True)
-    with psycopg.connect(database_url_of_tests()) as migration:
-        migration.execute("LOCK TABLE catalog.property_object_cards IN ACCESS EXCLUSIVE MODE")
-        started = time.monotonic()
-        job = run_purge("--json", "--max-duration-seconds", "2", **LONG_LOCK_TIMEOUT)
-        took = time.monotonic() - started
-        migration.rollback()
+def test_a_batch_that_outlasts_the_run_s_deadline_runs_to_its_end_and_the_run_ends_right_after_it():
+    cards = overdue_cards(6, held=0)
+    before = CatalogState.read()
+    with held_batch() as fault:
+        job = start_purge("--json", "--batch-size", "2", "--max-duration-seconds", "2")
+        fault.wait_until_held(job)
+        time.sleep(2.2)  # past the deadline, which came after the run started, before its batch was held
+        assert job.poll() is None, "the deadline cut the batch in flight"
+        result = fault.release(job)
 
-    assert job.returncode == 0, job.stderr
-    result = json.loads(job.stdout)
-    assert (result["stop_reason"], result["batches_processed"]) == ("max_duration", 0)
-    assert (result["has_more"], result["outcome"]) == (None, "has_more")  # unknown is never "nothing left"
-    assert took < 2 + STOP_SECONDS, took
+    assert (result["stop_reason"], result["outcome"], result["has_more"]) == ("max_duration", "has_more", True)
+    assert (result["batches_processed"], result["deleted_property_object_cards"]) == (1, 2)
+    after = CatalogState.read()
+    after.assert_whole_batches_since(before)
+    assert after.property_objects == {card.id for card in cards[2:]}

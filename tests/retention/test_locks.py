@@ -43,13 +43,6 @@ def test_lock_is_released_when_the_body_raises():
     assert lock_holders(JOB_LOCK_KEY) == 0
 
 
-def test_an_unlock_that_finds_no_lock_is_logged_as_an_error(caplog):
-    with advisory_lock(job_session(), LOCK_NAME):
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_unlock(%s)", [JOB_LOCK_KEY])
-    assert any(r.levelname == "ERROR" and "not held" in r.getMessage() for r in caplog.records)
-
-
 def test_a_statement_on_another_session_than_the_holder_is_refused():
     session = job_session()
     session.holder = (1234, "run-a")

@@ -1,14 +1,13 @@
-"""The server keeps the run's bounds (retention.bounds): the job's session carries them from its first transaction,
-derived from the limits; near the run's end its statement_timeout shrinks to the time left plus the grace; after the
-run the session is back to its defaults, so that an in-process caller's connection keeps none of them."""
+"""The server keeps the run's bounds (retention.session): the job's session carries them from its first statement,
+derived from the limits, its COMMITs wait for no standby, and libpq keeps the same keepalives on the job's end; after
+the run the session is back to its defaults, so that an in-process caller's connection keeps none of them."""
 
 from datetime import timedelta
 
 import pytest
 from django.db import connection
 
-from retention.bounds import BOUNDS
-from retention.stopping import GRACE
+from retention.session import BOUNDS
 from tests.support import job_session
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -19,17 +18,28 @@ def settings_of(cursor) -> dict[str, str]:
     return dict(cursor.fetchall())
 
 
-def test_the_session_carries_idle_and_dead_peer_bounds_above_the_longest_pause():
+def test_the_session_carries_idle_and_dead_peer_bounds_above_the_longest_pause_and_commits_locally():
     session = job_session(batch_pause=timedelta(seconds=2), batch_pause_factor=1.0,
                           statement_timeout=timedelta(seconds=10), dead_peer_timeout=timedelta(seconds=30))
-    with session.running(), session.transaction() as cursor:
+    with session, session.transaction() as cursor:
         bounds = settings_of(cursor)
         over_tcp = not connection.connection.info.host.startswith("/")  # a Unix socket has no TCP settings
 
+    assert bounds["statement_timeout"] == "10000"
     assert bounds["idle_session_timeout"] == str((2 + 10 + 30) * 1000)  # ms: the longest pause plus the dead peer
     assert bounds["idle_in_transaction_session_timeout"] == "30000"
     assert bounds["client_connection_check_interval"] == "1000"
     assert bounds["tcp_user_timeout"] == ("30000" if over_tcp else "0")
+    assert bounds["synchronous_commit"] == "local"  # no COMMIT of the job waits for a standby
+
+
+def test_libpq_gives_up_on_a_silent_server_after_the_dead_peer_timeout_too(settings):
+    options = settings.DATABASES["default"]["OPTIONS"]
+    dead_peer = settings.DELISTED_RETENTION_DEAD_PEER_TIMEOUT_SECONDS
+
+    assert options["keepalives"] == 1 and options["tcp_user_timeout"] == dead_peer * 1000
+    assert options["connect_timeout"] == settings.CONNECT_TIMEOUT_SECONDS == 10  # a server that never answers
+    assert options["keepalives_idle"] + options["keepalives_interval"] * options["keepalives_count"] <= dead_peer + 3
 
 
 def test_the_longest_pause_never_outlasts_the_run():
@@ -38,19 +48,12 @@ def test_the_longest_pause_never_outlasts_the_run():
     assert limits.longest_pause == timedelta(seconds=600)
 
 
-def test_near_the_run_s_end_the_statement_timeout_is_the_time_left_plus_the_grace():
-    session = job_session(max_duration=timedelta(seconds=1))
-    with session.running(), session.transaction() as cursor:
-        statement_timeout = int(settings_of(cursor)["statement_timeout"])
-
-    assert 0 < statement_timeout <= (1 + GRACE) * 1000
-
-
 def test_after_the_run_the_connection_is_back_to_its_defaults():
-    with job_session().running() as session:
+    with job_session() as session:
         with session.transaction() as cursor:
             assert settings_of(cursor)["idle_session_timeout"] != "0"
 
     with connection.cursor() as cursor:
         assert settings_of(cursor)["idle_session_timeout"] == "0"
         assert settings_of(cursor)["statement_timeout"] == "0"
+        assert settings_of(cursor)["synchronous_commit"] == "on"

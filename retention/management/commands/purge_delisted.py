@@ -1,59 +1,52 @@
-"""`manage.py purge_delisted`: the nightly DelistedRetentionJob. Thin: parse, run the service, print.
-
-The result goes to stdout (`--json`: one JSON object, however the run ends); logs and errors go to stderr through
-logging, so with LOG_FORMAT=json every stderr line is JSON, the final error included. From the command line the
-whole command is one run: its run id and root span carry every line it writes, from a bad option to the final error.
+"""`manage.py purge_delisted`: the nightly DelistedRetentionJob. Thin: parse, run the service, print its result and
+exit with the status its outcome maps to. The result goes to stdout (`--json`: one JSON object on every exit); logs
+and the final error line go to stderr through logging, so with LOG_FORMAT=json every stderr line is JSON.
 """
 
 import argparse
 import json
 import logging
+import os
 import signal
 import sys
-import threading
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 
 from django.conf import settings
-from django.core.management.base import BaseCommand, CommandError, CommandParser, DjangoHelpFormatter
+from django.core.management.base import BaseCommand, CommandError, DjangoHelpFormatter
 from django.db import DatabaseError
 from opentelemetry import trace
 from tqdm import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
-from config.logging import carried, first_line, syslog_prefixed
+from config.logging import carried, current_trace_id, first_line, syslog_prefixed
 from config.numbers import decimal_number, whole_number
-from config.tracing import FLUSH_BOUND_SECONDS, cut_flush, flush_traces
+from config.tracing import flush_traces
 from config.version import VERSION
 from retention.last_run import last_run_report
 from retention.limits import LIMIT_OF_FIELD, LIMITS, Limit, PurgeLimits, PurgeLimitsError, number
-from retention.results import Outcome, PurgeFailed, PurgeResult, StopReason
-from retention.service import database_problem, job_database, purge_delisted_cards
-from retention.stopping import StopRequest
-from retention.spans import current_trace_id, failed, result_attributes, run_span
+from retention.results import Outcome, PurgeResult, Run, StopReason, database_problem
+from retention.service import job_database, purge_delisted_cards
+from retention.session import StopRequest
+from retention.spans import failed, result_attributes, run_attributes, run_span
 
 logger = logging.getLogger("retention.command")
 
 ERROR_PREFIX = "purge_delisted: error: "
+SECOND_SIGNAL = (
+    "a second {signal} ended the process at once: the server rolls back the batch in flight and frees the advisory "
+    "lock as the connection closes"
+)
 EXIT_CODES = """exit status:
   0  completed, stopped on a limit (has_more), stopped by SIGTERM/SIGINT, or skipped: another run holds the lock
   1  the run failed: a database error, a card that cannot be deleted (culprit; also when then stopped), the
      database connection lost, the database unreachable, the catalog schema missing, or a connection pooler in
      front of the job's database
-  2  bad option or setting: nothing was read, locked or deleted"""
+  2  bad option or setting: nothing was read, locked or deleted
+  143, 130  a second SIGTERM, SIGINT ended the process at once"""
 # -v: 0 errors only, 1 the start and end of a run, 2 and 3 a line per batch.
 LOG_LEVEL_OF_VERBOSITY = {0: logging.ERROR, 2: logging.DEBUG, 3: logging.DEBUG}
-
-
-class OneLineErrorParser(CommandParser):
-    """A mistyped option is reported on one line (exit 2), like every other error of the job, instead of
-    argparse's usage block: cron mails and log lines stay readable. `--help` still shows the usage."""
-
-    def error(self, message):
-        if self.called_from_command_line:
-            raise CommandError(message, returncode=2)  # the run's final line: Command.run_from_argv
-        super().error(message)  # call_command(): CommandError
 
 
 class HelpFormatter(DjangoHelpFormatter, argparse.RawDescriptionHelpFormatter):
@@ -70,16 +63,16 @@ def accepted_range(limit: Limit) -> str:
 
 class Command(BaseCommand):
     help = "Physically delete catalog cards Delisted longer than the retention period, in bounded batches."
-    # Options override settings, so the settings check (retention.checks) must not stop a run the options fix;
+    # Options override settings, so the settings check (retention.apps) must not stop a run the options fix;
     # the command validates the limits it is given.
     requires_system_checks = []
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.run_id = uuid.uuid4()
-        self.json_wanted = False
-        self.result: PurgeResult | None = None  # the run's, once the service returned one
-        self.result_printed = False
+        self.from_command_line = False
+        self.handles_signals = False  # SIGTERM and SIGINT stop the run (stop_on_signals)
+        self.exit_status = 0
 
     def get_version(self):
         """`--version` names the deployed project (pyproject.toml), not Django."""
@@ -87,11 +80,13 @@ class Command(BaseCommand):
 
     def create_parser(self, prog_name, subcommand, **kwargs):
         # A deleting job does not guess: `--retention` is not taken for `--retention-days`.
-        parser = super().create_parser(prog_name, subcommand, allow_abbrev=False, epilog=EXIT_CODES, **kwargs)
-        parser.__class__ = OneLineErrorParser  # BaseCommand.create_parser has no hook for the parser class
-        parser.formatter_class = HelpFormatter
-        # Django's "raise on CommandError": the run's errors reach run_from_argv, which ends the run on them
-        # (Command.fail), instead of Django printing them.
+        parser = super().create_parser(
+            prog_name, subcommand, allow_abbrev=False, epilog=EXIT_CODES, formatter_class=HelpFormatter, **kwargs,
+        )
+        # A bad option raises CommandError, as under call_command(), instead of argparse's usage block: it ends the
+        # run in one line (run_from_argv), as every other error does. So does a bad setting (Django's "raise on
+        # CommandError").
+        parser.called_from_command_line = False
         parser.set_defaults(traceback=True)
         return parser
 
@@ -115,38 +110,31 @@ class Command(BaseCommand):
         )
 
     def run_from_argv(self, argv):
-        """The command line's run, from its first line to its last: the run's root span is open before the options
-        are parsed and until after the final line; every line carries the run id and the trace id, the trace flush's
-        warning at the end included. A bug is logged with its traceback and ends the run as an error too."""
-        self.json_wanted = "--json" in argv[2:]  # before parsing: a bad option answers in JSON as well
-        runs = "--last-run" not in argv[2:]  # which only reads: no run, so no run span in the traces
-        with carried(run_id=str(self.run_id)) as fields:
+        """The command line's run, from its first line to its last: its root span is open, and its run id and trace
+        id on every line, from before the options are parsed until after the final line; then the exit status. A bad
+        option or setting and a bug end it in one line too. `--last-run` runs nothing: no span, no run id."""
+        self.from_command_line, json_wanted = True, "--json" in argv[2:]
+        runs = "--last-run" not in argv[2:]
+        with carried(run_id=str(self.run_id) if runs else None) as fields:
             try:
                 with run_span(self.run_id) if runs else nullcontext():
                     fields["trace_id"] = current_trace_id()
                     try:
                         super().run_from_argv(argv)
-                    except CommandError as error:  # a bad option or setting, a failed run
-                        self.fail(error)
+                    except CommandError as error:  # a bad option or setting: nothing read, locked or deleted
+                        refused = Run(self.run_id).result(StopReason.FAILED, error=str(error).removeprefix("Error: "))
+                        self.end(refused, json_wanted=json_wanted, status=2)
                     except Exception as error:
-                        self.fail(CommandError(f"unexpected error: {first_line(error)}", returncode=1), bug=True)
+                        bug = Run(self.run_id).result(StopReason.FAILED, error=f"unexpected error: {first_line(error)}")
+                        self.end(bug, json_wanted=json_wanted, traceback=True)
             finally:
                 flush_traces()
-
-    def fail(self, error: CommandError, *, bug: bool = False):
-        """End the run on `error`, within its span: the final line (one line, in the log format; a bug's with its
-        traceback), the --json object unless the run's result was printed, the span's error status and outcome;
-        then exit with the error's status."""
-        logger.error(ERROR_PREFIX + str(error), exc_info=bug)
-        run = trace.get_current_span()
-        if self.result is None:  # the service never ran: a bad option or setting, a bug
-            self.result = PurgeResult(run_id=self.run_id, cutoff=None, stop_reason=StopReason.FAILED,
-                                      outcome=Outcome.FAILED, error=str(error), trace_id=current_trace_id())
-            run.set_attributes(result_attributes(self.result))
-        if self.json_wanted and not self.result_printed:
-            self.print_result(self.result, {"json": True})
-        failed(run, error)
-        sys.exit(error.returncode)
+        if self.handles_signals:
+            # Said and done. Python's finalization puts the default handlers back, and a SIGTERM or SIGINT then
+            # would end the process killed, whatever the run's exit status: the exit is the run's.
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                signal.signal(signum, signal.SIG_IGN)
+        sys.exit(self.exit_status)
 
     def handle(self, *args, **options):
         try:
@@ -160,38 +148,49 @@ class Command(BaseCommand):
                 returncode=2,
             )
         if options["last_run"]:
-            try:
-                report = last_run_report(limits=limits, using=using)
-            except DatabaseError as error:
-                raise CommandError(database_problem(error, using), returncode=1) from None
-            self.stdout.write(json.dumps(report.as_dict()) if options["json"] else report.summary())
-            return
+            return self.show_last_run(limits, using, json_wanted=options["json"])
         verbosity = options["verbosity"]
         if verbosity in LOG_LEVEL_OF_VERBOSITY:
             logging.getLogger("retention").setLevel(LOG_LEVEL_OF_VERBOSITY[verbosity])
+        trace.get_current_span().set_attributes(run_attributes(database=using, limits=limits,
+                                                               dry_run=options["dry_run"]))
+        self.handles_signals = self.from_command_line
+        stop = stop_on_signals() if self.handles_signals else StopRequest()
         show_progress = sys.stderr.isatty() and not options["json"] and not options["dry_run"] and verbosity >= 1
+        with progress_bar(enabled=show_progress) as progress:
+            result = purge_delisted_cards(limits, dry_run=options["dry_run"], stop=stop, using=using,
+                                          run_id=self.run_id, progress=progress)
+        self.end(result, json_wanted=options["json"], verbosity=verbosity)
 
-        with stop_on_signals() as stop, progress_bar(enabled=show_progress) as progress:
-            try:
-                result = purge_delisted_cards(
-                    limits, dry_run=options["dry_run"], stop=stop, using=using, run_id=self.run_id,
-                    on_start=lambda backlog: progress.reset(total=backlog.overdue_cards), on_batch=progress.update,
-                )
-            except PurgeFailed as failure:
-                self.result = failure.result
-                if failure.result.cutoff is not None:  # a run that never started has no summary: its error says it
-                    self.print_result(failure.result, options)
-                raise CommandError(failure.result.error, returncode=1) from None
-        self.print_result(result, options)
-
-    def print_result(self, result: PurgeResult, options) -> None:
-        """On stdout; under systemd a failed run's line is filed as an error (syslog_prefixed)."""
-        self.result_printed = True
-        level = logging.ERROR if result.outcome is Outcome.FAILED else logging.INFO
-        if options["json"]:
+    def end(self, result: PurgeResult, *, json_wanted: bool, verbosity: int = 1, status: int | None = None,
+            traceback: bool = False) -> None:
+        """Every ending of a run, from its result: printed on stdout (a run that never started has no summary, its
+        error says it; under systemd a failed run's line is filed as an error), the final error line, the root span's
+        outcome, and the exit status: 1 for a failed run unless `status` says otherwise."""
+        run_failed = result.outcome is Outcome.FAILED
+        level = logging.ERROR if run_failed else logging.INFO
+        if json_wanted:
             self.stdout.write(syslog_prefixed(json.dumps(result.as_dict()), self.stdout, level))
-        elif options["verbosity"] >= 1:
+        elif verbosity >= 1 and result.cutoff is not None:
             self.stdout.write(syslog_prefixed(summary(result), self.stdout, level))
+        span = trace.get_current_span()
+        span.set_attributes(result_attributes(result))
+        if run_failed:
+            logger.error(ERROR_PREFIX + result.error, exc_info=traceback)
+            failed(span, result.error)
+        self.exit_status = int(run_failed) if status is None else status
+
+    def show_last_run(self, limits: PurgeLimits, using: str, *, json_wanted: bool) -> None:
+        try:
+            report = last_run_report(limits=limits, using=using)
+        except DatabaseError as error:
+            message = database_problem(error, using)
+            if json_wanted:
+                self.stdout.write(json.dumps({"error": message}))
+            logger.error(ERROR_PREFIX + message)
+            self.exit_status = 1
+            return
+        self.stdout.write(json.dumps(report.as_dict()) if json_wanted else report.summary())
 
 
 def summary(result: PurgeResult) -> str:
@@ -211,31 +210,34 @@ def summary(result: PurgeResult) -> str:
     )
 
 
-class ProgressBar(tqdm):
-    monitor_interval = 0  # no tqdm monitor thread: the stop watcher stays the run's one helper thread
-
-
 @contextmanager
-def progress_bar(*, enabled: bool) -> Iterator[ProgressBar]:
+def progress_bar(*, enabled: bool) -> Iterator[tqdm | None]:
     """For a person at a terminal: on stderr, a count of cards until the run's start count gives the bar its total,
-    with log lines printed above it. Cron, pipes, --json and --dry-run get nothing extra."""
-    bar = ProgressBar(unit="cards", desc="purge_delisted", file=sys.stderr, disable=not enabled)
-    with logging_redirect_tqdm() if enabled else nullcontext(), bar:
+    with log lines printed above it. Cron, pipes, --json and --dry-run get nothing."""
+    if not enabled:
+        yield None
+        return
+    tqdm.monitor_interval = 0  # no tqdm monitor thread
+    with logging_redirect_tqdm(), tqdm(unit="cards", desc="purge_delisted", file=sys.stderr) as bar:
         yield bar
 
 
-@contextmanager
-def stop_on_signals() -> Iterator[StopRequest]:
-    """SIGTERM and SIGINT ask for a graceful stop: it cancels the statement in flight, whose batch rolls back whole,
-    and ends the run before the next batch; the trace flush at exit then gets what is left of the run's exit bound
-    (retention.stopping.EXIT_BOUND). Outside the main thread (tests) no handler can be installed."""
+def stop_on_signals() -> StopRequest:
+    """SIGTERM and SIGINT ask the run to stop before its next batch. A second ends the process at once, as kill -9
+    would: the server rolls back the batch in flight and frees the lock when the connection closes. The handlers stay
+    until the run's last line is out (then both signals are ignored: run_from_argv): a first signal after the run
+    still lets it print its result."""
     stop = StopRequest()
-    in_main_thread = threading.current_thread() is threading.main_thread()
-    signals = (signal.SIGTERM, signal.SIGINT) if in_main_thread else ()
-    previous = {sig: signal.signal(sig, lambda *_: stop.request()) for sig in signals}
-    try:
-        yield stop
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-        cut_flush(stop.exit_wait(FLUSH_BOUND_SECONDS))
+
+    def handle(signum, frame):
+        if not stop.requested:
+            stop.request()
+            return
+        try:
+            logger.error(ERROR_PREFIX + SECOND_SIGNAL.format(signal=signal.Signals(signum).name))
+        finally:
+            os._exit(128 + signum)
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, handle)
+    return stop
