@@ -19,15 +19,14 @@ class Limit:
     field: str
     description: str
     option: str | None  # None: a setting only
-    setting: str
+    variable: str  # the setting's name after DELISTED_RETENTION_, as the README's table of options gives it
     unit: str | None  # a timedelta unit ("days", "seconds", "milliseconds"), "factor", or None for a count
     minimum: float  # None: greater than zero (a duration; its setting, a whole number, is then at least 1)
     maximum: float
 
     @property
-    def source(self) -> str:
-        """Where an operator sets it, for error messages."""
-        return f"{self.option} / {self.setting}" if self.option else self.setting
+    def setting(self) -> str:
+        return f"DELISTED_RETENTION_{self.variable}"
 
     @property
     def is_duration(self) -> bool:
@@ -62,66 +61,41 @@ def number(value: float) -> str:
     return str(int(value)) if float(value).is_integer() and abs(value) < 10**18 else f"{value:g}"
 
 
-LIMITS = (
-    Limit("retention", "retention period", "--retention-days", "DELISTED_RETENTION_PERIOD_DAYS", "days", None, 36_500),
-    Limit("batch_size", "batch size", "--batch-size", "DELISTED_RETENTION_BATCH_SIZE", None, 1, 10_000),
-    Limit(
-        "max_batches", "max batches per run", "--max-batches", "DELISTED_RETENTION_MAX_BATCHES_PER_RUN", None,
-        1, 1_000_000,
-    ),
+LIMITS = (  # field, description, option, setting (after DELISTED_RETENTION_), unit, minimum, maximum
+    Limit("retention", "retention period", "--retention-days", "PERIOD_DAYS", "days", None, 36_500),
+    Limit("batch_size", "batch size", "--batch-size", "BATCH_SIZE", None, 1, 10_000),
+    Limit("max_batches", "max batches per run", "--max-batches", "MAX_BATCHES_PER_RUN", None, 1, 1_000_000),
     # A nightly run must end before the next one is due.
-    Limit(
-        "max_duration", "max run duration", "--max-duration-seconds", "DELISTED_RETENTION_MAX_RUN_DURATION_SECONDS",
-        "seconds", None, 86_400,
-    ),
-    Limit(
-        "batch_pause", "batch pause", "--batch-pause-ms", "DELISTED_RETENTION_BATCH_PAUSE_MS", "milliseconds",
-        0, 60_000,
-    ),
+    Limit("max_duration", "max run duration", "--max-duration-seconds", "MAX_RUN_DURATION_SECONDS", "seconds", None,
+          86_400),
+    Limit("batch_pause", "batch pause", "--batch-pause-ms", "BATCH_PAUSE_MS", "milliseconds", 0, 60_000),
     # pt-archiver's --sleep-coef: after each batch, sleep this many times as long as the batch took.
-    Limit(
-        "batch_pause_factor", "batch pause factor", "--batch-pause-factor", "DELISTED_RETENTION_BATCH_PAUSE_FACTOR",
-        "factor", 0, 100,
-    ),
+    Limit("batch_pause_factor", "batch pause factor", "--batch-pause-factor", "BATCH_PAUSE_FACTOR", "factor", 0, 100),
     # 0 is off: the job does not look at the standbys.
-    Limit(
-        "max_replica_lag", "max replica lag", "--max-replica-lag-seconds",
-        "DELISTED_RETENTION_MAX_REPLICA_LAG_SECONDS", "seconds", 0, 86_400,
-    ),
-    Limit(
-        "replica_lag_wait", "replica lag wait", "--replica-lag-wait-seconds",
-        "DELISTED_RETENTION_REPLICA_LAG_WAIT_SECONDS", "seconds", None, 86_400,
-    ),
+    Limit("max_replica_lag", "max replica lag", "--max-replica-lag-seconds", "MAX_REPLICA_LAG_SECONDS", "seconds", 0,
+          86_400),
+    Limit("replica_lag_wait", "replica lag wait", "--replica-lag-wait-seconds", "REPLICA_LAG_WAIT_SECONDS", "seconds",
+          None, 86_400),
     # The orphan-override sweep looks at overrides written this recently (a scan of recent rows, not of the tables).
-    Limit(
-        "orphan_sweep_window", "orphan sweep window", "--orphan-sweep-days", "DELISTED_RETENTION_ORPHAN_SWEEP_DAYS",
-        "days", None, 36_500,
-    ),
-    Limit(
-        "statement_timeout", "statement timeout", None, "DELISTED_RETENTION_STATEMENT_TIMEOUT_MS", "milliseconds",
-        None, MAX_TIMEOUT_MS,
-    ),
-    Limit(
-        "lock_timeout", "lock timeout", None, "DELISTED_RETENTION_LOCK_TIMEOUT_MS", "milliseconds", None,
-        MAX_TIMEOUT_MS,
-    ),
+    Limit("orphan_sweep_window", "orphan sweep window", "--orphan-sweep-days", "ORPHAN_SWEEP_DAYS", "days", None,
+          36_500),
+    Limit("statement_timeout", "statement timeout", None, "STATEMENT_TIMEOUT_MS", "milliseconds", None, MAX_TIMEOUT_MS),
+    Limit("lock_timeout", "lock timeout", None, "LOCK_TIMEOUT_MS", "milliseconds", None, MAX_TIMEOUT_MS),
     # The server ends the job's session when the network to it has been dead this long, or its client silent this
     # much longer than the job ever is. At least 3 s: the job's short silences (a 2 s metrics export) fit in it.
-    Limit(
-        "dead_peer_timeout", "dead peer timeout", None, "DELISTED_RETENTION_DEAD_PEER_TIMEOUT_SECONDS", "seconds",
-        3, 3600,
-    ),
+    Limit("dead_peer_timeout", "dead peer timeout", None, "DEAD_PEER_TIMEOUT_SECONDS", "seconds", 3, 3600),
 )
 LIMIT_OF_FIELD = {limit.field: limit for limit in LIMITS}
 
 
 class PurgeLimitsError(ValueError):
     """One or more limits are bad. Raised before anything is locked or read. `problems` pairs each bad limit with
-    what is wrong, one line each, naming the option and the setting."""
+    what is wrong, one line each, naming where an operator sets it: the option and the setting."""
 
     def __init__(self, problems: list[tuple[Limit, str]]):
         self.problems = problems
-        super().__init__("; ".join(f"{limit.source}: {message}" for limit, message in problems))
+        super().__init__("; ".join(f"{limit.option} / {limit.setting}: {message}" if limit.option
+                                   else f"{limit.setting}: {message}" for limit, message in problems))
 
     @classmethod
     def raise_any(cls, problems: list[tuple[Limit, str | None]]) -> None:
@@ -153,11 +127,6 @@ class PurgeLimits:
         """The longest pause between two batches: after one that took its whole statement_timeout, and never past the
         run's end. So the server's idle bound below always fits PostgreSQL's largest timeout (24.8 days)."""
         return min(self.batch_pause + self.batch_pause_factor * self.statement_timeout, self.max_duration)
-
-    @property
-    def idle_session_timeout(self) -> timedelta:
-        """How long the server lets the job's session sit idle: dead_peer_timeout past the job's longest pause."""
-        return self.longest_pause + self.dead_peer_timeout
 
     @classmethod
     def from_settings(cls, options: Mapping[str, float | None] | None = None) -> "PurgeLimits":

@@ -1,11 +1,11 @@
--- Every statement the retention job and its readers send, as it reaches the server: the code reads them from here
+-- Every statement the retention job sends, as it reaches the server: the code reads them from here
 -- (retention.statements), so a review reads each one whole and sees any change as a diff. `-- name:` starts a
--- statement; a comment at the start of a line is for the reader and is not sent. Named parameters: %(name)s. Why
--- each is shaped so: docs/how-it-works.md, "The batches" and "The backlog counts".
+-- statement and names its database span; a comment at the start of a line is for the reader and is not sent. Named
+-- parameters: %(name)s. Why each is shaped so: docs/how-it-works.md, "The batches" and "The backlog counts".
 
 -- name: set bounds
--- The server's bounds on the job's session (retention.bounds), set by its first transaction and again only when
--- the run's end needs a shorter statement_timeout: they hold whatever the client or the network does.
+-- The server's bounds on the job's session (retention.session), set once, by its first statement after the pooler
+-- probe: they hold whatever the client or the network does. No COMMIT of the job waits for a standby.
 SELECT set_config('statement_timeout', %(statement_timeout)s, false),
        set_config('lock_timeout', %(lock_timeout)s, false),
        set_config('idle_session_timeout', %(idle_session_timeout)s, false),
@@ -15,6 +15,7 @@ SELECT set_config('statement_timeout', %(statement_timeout)s, false),
        set_config('tcp_keepalives_interval', %(tcp_keepalives_interval)s, false),
        set_config('tcp_keepalives_count', %(tcp_keepalives_count)s, false),
        set_config('tcp_user_timeout', %(tcp_user_timeout)s, false),
+       set_config('synchronous_commit', %(synchronous_commit)s, false),
        set_config('application_name', %(application_name)s, false);
 
 -- name: reset bounds
@@ -38,7 +39,7 @@ SELECT pg_advisory_unlock(%(key)s);
 -- The cutoff on the database clock; %(now)s replaces that clock in tests only.
 SELECT coalesce(%(now)s, now()) - %(retention)s;
 
--- name: orphan_property_object_overrides.scan_sql
+-- name: orphan_property_object_overrides: scan
 -- Overrides whose card is gone (written outside catalog.operations' protocol), written within the orphan sweep
 -- window: scanned in chunks of %(chunk)s from the window on, each card probed by key, outside any row-locking
 -- transaction. Returns the rows scanned, the candidates' ids and the last row's key, where the next chunk resumes.
@@ -58,7 +59,7 @@ SELECT (SELECT count(*) FROM chunk),
              WHERE card.found IS NULL),
        (SELECT created_at FROM last), (SELECT id FROM last);
 
--- name: orphan_property_object_overrides.batch_sql
+-- name: orphan_property_object_overrides: batch
 -- A batch of the candidates: locked, the card checked gone again under the lock, deleted. Every batch statement
 -- returns the rows selected, the cards and overrides deleted, the session's pid and marker (the lock's proof), and its
 -- last row's key. The DELETE finds its rows by row address (ctid), which cannot change while their row locks are
@@ -91,7 +92,7 @@ SELECT (SELECT count(*) FROM batch), 0, (SELECT count(*) FROM deleted_overrides)
        pg_backend_pid(), current_setting('purge_delisted.run_id', true),
        (SELECT created_at FROM last), (SELECT id FROM last);
 
--- name: orphan_property_object_overrides.lock_sql
+-- name: orphan_property_object_overrides: lock
 -- The culprit search: a batch refused for a data reason is locked again (it rolled back whole) and its ids returned;
 -- the batch statement then runs again on parts of them (its %(only_ids)s) to isolate the rows that fail. Its SELECT
 -- is the batch's, word for word (tests/retention/test_statements.py).
@@ -107,7 +108,7 @@ SELECT array_agg(id)::text, pg_backend_pid(), current_setting('purge_delisted.ru
        FOR UPDATE SKIP LOCKED
   ) AS batch;
 
--- name: orphan_building_overrides.scan_sql
+-- name: orphan_building_overrides: scan
 WITH chunk AS (
     SELECT id, created_at, project_id AS card_id FROM catalog.building_display_overrides
      WHERE (created_at, id)
@@ -124,7 +125,7 @@ SELECT (SELECT count(*) FROM chunk),
              WHERE card.found IS NULL),
        (SELECT created_at FROM last), (SELECT id FROM last);
 
--- name: orphan_building_overrides.batch_sql
+-- name: orphan_building_overrides: batch
 WITH batch AS (
     SELECT id, tableoid, ctid, created_at FROM catalog.building_display_overrides AS override
      WHERE id = ANY(%(only_ids)s::bigint[])
@@ -152,7 +153,7 @@ SELECT (SELECT count(*) FROM batch), 0, (SELECT count(*) FROM deleted_overrides)
        pg_backend_pid(), current_setting('purge_delisted.run_id', true),
        (SELECT created_at FROM last), (SELECT id FROM last);
 
--- name: orphan_building_overrides.lock_sql
+-- name: orphan_building_overrides: lock
 SELECT array_agg(id)::text, pg_backend_pid(), current_setting('purge_delisted.run_id', true)
   FROM (
     SELECT id, tableoid, ctid, created_at FROM catalog.building_display_overrides AS override
@@ -165,7 +166,7 @@ SELECT array_agg(id)::text, pg_backend_pid(), current_setting('purge_delisted.ru
        FOR UPDATE SKIP LOCKED
   ) AS batch;
 
--- name: property_objects.batch_sql
+-- name: property_objects: batch
 -- The property-object cards: the oldest overdue first, those locked elsewhere skipped, the predicate repeated in
 -- the DELETE as a guard, their display overrides deleted with them. The key it resumes after is a sub-select, a
 -- value the planner does not estimate with: as a constant in updated_at's first histogram bucket, each batch's
@@ -200,7 +201,7 @@ SELECT (SELECT count(*) FROM batch), (SELECT count(*) FROM deleted_cards), (SELE
        pg_backend_pid(), current_setting('purge_delisted.run_id', true),
        (SELECT updated_at FROM last), (SELECT id FROM last);
 
--- name: property_objects.lock_sql
+-- name: property_objects: lock
 SELECT array_agg(id)::text, pg_backend_pid(), current_setting('purge_delisted.run_id', true)
   FROM (
     SELECT id, tableoid, ctid, updated_at FROM catalog.property_object_cards AS card
@@ -213,10 +214,10 @@ SELECT array_agg(id)::text, pg_backend_pid(), current_setting('purge_delisted.ru
        FOR UPDATE SKIP LOCKED
   ) AS batch;
 
--- name: projects.scan_sql
+-- name: projects: scan
 -- A project goes only once no property-object card is left under it. The candidates, scanned in chunks: overdue
 -- projects with no property-object card. The key a chunk or a batch resumes after is a sub-select, as in
--- property_objects.batch_sql.
+-- property_objects: batch.
 WITH chunk AS (
     SELECT updated_at, id FROM catalog.project_cards
      WHERE status = 'Delisted' AND updated_at < %(cutoff)s
@@ -231,7 +232,7 @@ SELECT (SELECT count(*) FROM chunk),
          WHERE NOT EXISTS (SELECT FROM catalog.property_object_cards AS po WHERE po.project_id = card.id)),
        (SELECT updated_at FROM last), (SELECT id FROM last);
 
--- name: projects.batch_sql
+-- name: projects: batch
 -- Re-checked after the lock with a fresh snapshot (catalog.projects_with_property_objects): an object upsert holds
 -- its project FOR KEY SHARE, so a project that gained an object meanwhile is kept.
 WITH batch AS (
@@ -268,7 +269,7 @@ SELECT (SELECT count(*) FROM batch), (SELECT count(*) FROM deleted_cards), (SELE
        pg_backend_pid(), current_setting('purge_delisted.run_id', true),
        (SELECT updated_at FROM last), (SELECT id FROM last);
 
--- name: projects.lock_sql
+-- name: projects: lock
 SELECT array_agg(id)::text, pg_backend_pid(), current_setting('purge_delisted.run_id', true)
   FROM (
     SELECT id, tableoid, ctid, updated_at FROM catalog.project_cards AS card
@@ -395,23 +396,6 @@ WITH taken_objects AS (
 SELECT (SELECT count(*) FROM catalog.property_object_display_overrides
          WHERE property_object_id IN (SELECT id FROM taken_objects)),
        (SELECT count(*) FROM catalog.building_display_overrides WHERE project_id IN (SELECT id FROM taken_projects));
-
--- name: held back now and after
--- The admin page: the overdue projects held back now, and once every overdue object is gone (held back after,
--- without a boundary), in one index probe a project: its last object in (status, updated_at) order is at or after
--- ('Delisted', cutoff) exactly when it has an object in the second or third range of "held back after"; the first,
--- a status before 'Delisted' (the CHECK admits none), is one look for all the projects.
-SELECT count(last.status),
-       count(*) FILTER (
-           WHERE (last.status, last.updated_at) >= ('Delisted', %(cutoff)s)
-              OR card.id IN (SELECT project_id FROM catalog.property_object_cards WHERE status < 'Delisted'))
-  FROM catalog.project_cards AS card
-  LEFT JOIN LATERAL (
-      SELECT po.status, po.updated_at FROM catalog.property_object_cards AS po
-       WHERE po.project_id = card.id
-       ORDER BY po.status DESC, po.updated_at DESC LIMIT 1
-  ) AS last ON true
- WHERE card.status = 'Delisted' AND card.updated_at < %(cutoff)s;
 
 -- name: foreign partition
 -- The layout a run refuses: a foreign table among the partitions (or inheritance children, at any depth) of a

@@ -1,17 +1,22 @@
 """`purge_delisted --last-run`: the last run as the metrics sink holds it, read by the code the admin page reads it
 with (retention.last_run), and the backlog now with the nights it needs; in text and in one JSON object. It runs
-nothing."""
+nothing. In development it reads the checkout's own textfile, which `make demo`'s run wrote."""
 
 import json
+import re
+import secrets
+import shutil
+import subprocess
+import sys
 from io import StringIO
 
 import pytest
 from django.core.management import call_command
 
 from catalog.models import CardStatus, PropertyObjectCard
-from retention.last_run import OUTCOME_WORDING, read_last_run
+from retention.last_run import read_last_run
 from tests.factories import ProjectCardFactory, PropertyObjectCardFactory
-from tests.support import free_loopback_port
+from tests.support import PROJECT_ROOT, free_loopback_port, manage_env, run_manage
 
 pytestmark = pytest.mark.django_db
 
@@ -41,24 +46,24 @@ def test_last_run_json_is_the_run_the_sink_holds_and_the_backlog_it_left(textfil
     last = shown["last_run"]
     assert (last["run_id"], last["outcome"], last["batches"]) == (run["run_id"], "has_more", 1)
     assert (last["deleted_property_object_cards"], last["overdue_left"]) == (2, [3, 0])
-    assert last["wording"] == OUTCOME_WORDING["has_more"] and last["last_success_at"] == last["ended_at"]
+    assert last["last_success_at"] == last["ended_at"]
     assert shown["backlog"]["property_objects"]["overdue"] == 3 and shown["backlog"]["projects"]["overdue"] == 0
     assert shown["backlog"]["property_objects"]["days_past_due"] >= 14
     assert (shown["cards_per_night"], shown["nights_needed"]) == (2, 2)  # 3 overdue, 2 a night
     assert PropertyObjectCard.objects.count() == 3  # it ran nothing
 
 
-def test_last_run_text_says_what_the_admin_page_says(textfile):
+def test_last_run_text_says_its_outcome_when_it_ended_and_how_long_it_took(textfile):
     overdue_objects(2)
     purge_delisted()
 
     text = purge_delisted("--last-run")
 
     lines = text.splitlines()
-    assert lines[0].startswith("last run: ended ") and lines[0].endswith(OUTCOME_WORDING["completed"])
+    assert re.fullmatch(r"last run: completed, ended \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC after \d+\.\d s", lines[0])
     assert "deleted 2 property objects, 0 projects and 0 display overrides in 1 batches" in lines[1]
     assert "property objects: 0 overdue of 0 Delisted" in text
-    assert read_last_run().last_run.source in text  # the page's own reading names the same sink
+    assert read_last_run()[0].source in text  # the page's own reading names the same sink
 
 
 def test_last_run_reads_the_pushgateway_as_the_page_does(settings, pushgateway):
@@ -95,3 +100,60 @@ def test_without_a_sink_it_names_the_settings_that_give_one(settings):
     assert text.splitlines()[0] == (
         "last run: unknown, no metrics sink is set (DELISTED_RETENTION_METRICS_TEXTFILE, PROMETHEUS_PUSHGATEWAY_URL)"
     )
+
+
+@pytest.mark.slow
+def test_its_json_error_is_one_object_and_its_log_lines_carry_no_run_id():
+    """--last-run runs nothing, so it has no run: neither its log lines nor its error object name one."""
+    unreachable = f"postgres://postgres@127.0.0.1:{free_loopback_port()}/catalog"  # nothing listens there
+
+    shown = run_manage("purge_delisted", "--last-run", "--json", DATABASE_URL=unreachable, LOG_FORMAT="json")
+
+    assert shown.returncode == 1
+    (error,) = [json.loads(line) for line in shown.stdout.splitlines()]
+    assert list(error) == ["error"] and "database" in error["error"]
+    records = [json.loads(line) for line in shown.stderr.splitlines()]
+    assert [record["message"] for record in records] == [f"purge_delisted: error: {error['error']}"]
+    assert not any("run_id" in record for record in records)
+
+
+def checkout_copy(destination):
+    """What manage.py needs of the checkout, so that BASE_DIR, and the development textfile in its .demo/, are the
+    copy's: the suite leaves a developer's demo in the real checkout alone."""
+    for name in ("manage.py", "pyproject.toml"):
+        shutil.copy2(PROJECT_ROOT / name, destination / name)
+    for package in ("config", "catalog", "retention"):
+        shutil.copytree(PROJECT_ROOT / package, destination / package, ignore=shutil.ignore_patterns("__pycache__"))
+    return destination
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_after_make_demo_the_readmes_last_run_shows_the_demos_run(tmp_path):
+    """The README's promise: `make demo`'s run (no textfile set, its .demo/ made) and then `manage.py purge_delisted
+    --last-run` meet in the development default, the checkout's .demo/catalog_delisted_retention.prom. Production has
+    no default: its --last-run reads no sink."""
+    overdue_objects(2)
+    checkout = checkout_copy(tmp_path)
+    (checkout / ".demo").mkdir()
+    development = {name: value for name, value in manage_env(PROMETHEUS_PUSHGATEWAY_URL="").items()
+                   if name not in ("DELISTED_RETENTION_METRICS_TEXTFILE", "APP_ENV")}
+
+    def manage(*args, **env):
+        return subprocess.run([sys.executable, str(checkout / "manage.py"), *args], env=development | env,
+                              cwd=checkout, capture_output=True, text=True, timeout=60)
+
+    run = manage("purge_delisted", "--json")
+    shown = manage("purge_delisted", "--last-run")
+    in_production = manage("purge_delisted", "--last-run", APP_ENV="production",
+                           DJANGO_SECRET_KEY=secrets.token_urlsafe(50))
+
+    assert [run.returncode, shown.returncode, in_production.returncode] == [0, 0, 0], (
+        run.stderr, shown.stderr, in_production.stderr,
+    )
+    ran, textfile = json.loads(run.stdout), checkout / ".demo" / "catalog_delisted_retention.prom"
+    assert textfile.exists() and ran["deleted_property_object_cards"] == 2
+    assert shown.stdout.startswith("last run: completed, ended ")
+    assert f"run_id {ran['run_id']}, trace_id " in shown.stdout
+    assert f"; from textfile {textfile}\n" in shown.stdout
+    assert in_production.stdout.splitlines()[0].startswith("last run: unknown, no metrics sink is set")

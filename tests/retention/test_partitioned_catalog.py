@@ -14,9 +14,9 @@ import psycopg
 import pytest
 from django.db import connection
 
-from retention.results import Outcome, PurgeFailed, StopReason
-from retention.service import FOREIGN_PARTITION_REFUSED
-from tests.support import database_url_of_tests, deletes_refused, held_in_another_transaction, purge
+from retention.results import Outcome, StopReason
+from retention.phases import FOREIGN_PARTITION_REFUSED
+from tests.support import Progress, database_url_of_tests, deletes_refused, held_in_another_transaction, purge
 
 pytestmark = pytest.mark.django_db(transaction=True)  # the partitioned table and the job's transactions are real
 
@@ -141,7 +141,7 @@ def test_four_batches_of_500_on_cards_hash_partitioned_by_id_delete_exactly_the_
         per_batch = []
 
         with held_in_another_transaction(lock_card(table, held)):
-            result = purge(batch_size=500, max_batches=4, on_batch=per_batch.append)
+            result = purge(batch_size=500, max_batches=4, progress=Progress(on_batch=per_batch.append))
 
         # An objects' batch locks the next overdue card in place of the held one; a projects' batch takes the
         # candidates a scan found, so the one holding the held project is one short.
@@ -162,9 +162,8 @@ def test_a_culprit_search_on_cards_hash_partitioned_by_id_deletes_only_the_refus
             "SELECT id::text FROM catalog.property_object_cards WHERE title = 'poison'")}
         per_batch = []
 
-        with deletes_refused(when="OLD.title = 'poison'"), pytest.raises(PurgeFailed) as failure:
-            purge(batch_size=200, max_batches=2, on_batch=per_batch.append)
-        result = failure.value.result
+        with deletes_refused(when="OLD.title = 'poison'"):
+            result = purge(batch_size=200, max_batches=2, progress=Progress(on_batch=per_batch.append))
 
         # Each batch redone in halves, its own statement on half its ids: its 4 culprits left, its 196 others deleted.
         assert result.outcome is Outcome.FAILED and result.culprit_count == 8
@@ -189,7 +188,7 @@ def test_orphan_overrides_in_a_partitioned_overrides_table_go_at_most_a_batch_at
                 " SELECT gen_random_uuid(), 'title', '\"x\"' FROM generate_series(1, 3000)")
         per_batch = []
 
-        limited = purge(batch_size=200, max_batches=4, on_batch=per_batch.append)
+        limited = purge(batch_size=200, max_batches=4, progress=Progress(on_batch=per_batch.append))
 
         assert limited.deleted_property_object_overrides == 800 and limited.deleted_property_object_cards == 0
         assert orphans_and_dangling()[0] == 3000 - 800
@@ -253,7 +252,7 @@ def test_cards_list_partitioned_by_status_under_live_restores_the_run_completes_
         per_batch = []
 
         with Restorer() as restores:
-            result = purge(batch_size=100, on_batch=per_batch.append)
+            result = purge(batch_size=100, progress=Progress(on_batch=per_batch.append))
 
         retried = "batch retried after a transient error"
         retries = [record for record in caplog.records if record.getMessage() == retried]
@@ -339,10 +338,8 @@ def test_cards_with_a_foreign_table_among_their_partitions_are_refused_at_start_
         try:
             cards = overdue_property_objects(10, project_id=published_project())
 
-            with pytest.raises(PurgeFailed) as failure:
-                purge(dry_run=dry_run)
+            result = purge(dry_run=dry_run)
 
-            result = failure.value.result
             assert result.error == FOREIGN_PARTITION_REFUSED.format(
                 table="catalog.property_object_cards", partition="catalog.property_object_cards_hidden")
             assert result.batches_processed == 0 and ids_of("property_object_cards") == set(cards)

@@ -1,4 +1,4 @@
-"""retention/sql/statements.sql holds every statement the job and its readers send, and the code reads them from there
+"""retention/sql/statements.sql holds every statement the job sends, and the code reads them from there
 (retention.statements): no statement in it is dead, a refused batch is locked again by the batch's own SELECT, word
 for word, and the statements written out once per kind of card are the same but for its names."""
 
@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from config.statements import parse_statements
 from retention import backlog, phases
-from retention.statements import STATEMENTS, read_statements
+from retention.statements import STATEMENTS
 
 RETENTION = Path(backlog.__file__).parent
 
@@ -48,7 +49,7 @@ def test_a_refused_batch_is_locked_again_as_the_batch_locked_it(phase):
 
 
 def test_a_comment_line_is_for_the_reader_and_not_sent():
-    statements = read_statements("-- the file's header\n\n-- name: one\n-- why it is so\nSELECT 1\n  -- sent\n;\n")
+    statements = parse_statements("-- the file's header\n\n-- name: one\n-- why it is so\nSELECT 1\n  -- sent\n;\n")
     assert statements == {"one": "SELECT 1\n  -- sent"}
 
 
@@ -62,8 +63,8 @@ PROPERTY_OBJECT_NAMES_TO_PROJECT = {
 TWINS = [
     (f"backlog: property_object_cards, {size}", f"backlog: project_cards, {size}") for size in ("in chunks", "whole")
 ] + [
-    (f"orphan_property_object_overrides.{kind}", f"orphan_building_overrides.{kind}")
-    for kind in ("scan_sql", "batch_sql", "lock_sql")
+    (f"orphan_property_object_overrides: {kind}", f"orphan_building_overrides: {kind}")
+    for kind in ("scan", "batch", "lock")
 ]
 
 
