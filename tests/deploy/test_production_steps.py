@@ -266,7 +266,7 @@ def test_the_production_page_followed_on_a_fresh_server(fresh_server, pushgatewa
     assert pushed.value(LAST_RUN_OUTCOME, outcome="completed") == 1
     # Step 9: the last run, read back from the Pushgateway (the page's variables name no textfile).
     assert last_run.returncode == 0, last_run.stderr
-    assert last_run.stdout.startswith("last run: ended ") and done["run_id"] in last_run.stdout
+    assert last_run.stdout.startswith("last run: completed, ended ") and done["run_id"] in last_run.stdout
 
 
 def test_the_pages_prometheus_configuration_passes_promtool(tmp_path):

@@ -184,7 +184,7 @@ def test_an_environment_file_made_from_env_example_leaves_the_units_metrics_and_
         f"{line.split('=', 1)[0]}={production[line.split('=', 1)[0]]}\n" if line.split("=", 1)[0] in production
         else f"{line}\n" for line in (PROJECT_ROOT / ".env.example").read_text().splitlines()
     ))
-    assert environment_file_variables(shared)["DELISTED_RETENTION_METRICS_TEXTFILE"] == ""
+    assert environment_file_variables(shared)["LOG_FORMAT"] == "text"  # which the unit's own settings must win over
     checkout = installed_checkout(tmp_path / "srv")
     unit = SERVICE.read_text().replace(INSTALL_DIR, str(checkout)).replace("/etc/catalog/catalog.env", str(shared))
     environment, command, directory = service_process(unit)
