@@ -8,17 +8,19 @@ DEMO_PROJECTS ?= 400
 DEMO_OBJECTS_PER_PROJECT ?= 50
 # The demo's nightly limits, for its run and for `make admin` alike: 2 batches of 500 cards leave about 2,400 of the
 # demo's ~3,400 overdue cards for later nights, so the admin page shows a last run and a backlog with its nights.
-# The run's metrics go to a textfile in the checkout (.demo/, ignored by git) that `make admin` reads back.
-DEMO_ENV = DELISTED_RETENTION_BATCH_SIZE=500 DELISTED_RETENTION_MAX_BATCHES_PER_RUN=2 \
-	DELISTED_RETENTION_METRICS_TEXTFILE="$(CURDIR)/.demo/catalog_delisted_retention.prom"
+# The run's metrics go to the checkout's textfile (.demo/, ignored by git: the development default) that `make admin`
+# and `manage.py purge_delisted --last-run` read back.
+DEMO_ENV = DELISTED_RETENTION_BATCH_SIZE=500 DELISTED_RETENTION_MAX_BATCHES_PER_RUN=2
 
 # `make bench` sizes (docs/benchmarks.md): property objects of the small and the large catalog, the cards of the short
 # memory run and the large backlog (throughput, live traffic), the small throughput catalog and its backlog, runs per
 # measurement, batch pauses and pause factors tried under live traffic (the first factor is the live-read target's),
-# rounds per purge under live traffic, the peers' catalog, backlog and rounds, and the admin pages' catalog and
-# backlog. Smaller and quicker, for development:
+# rounds per purge under live traffic, the peers' catalog, backlog and rounds, the admin pages' catalog and
+# backlog, runs with tracing off and on, and the base commit whose job this checkout's is compared with in pairs
+# (the last commit before issue #46) with the number of pairs; the report's path. Smaller and quicker, for development,
+# with the report elsewhere than the committed one:
 #   make bench BENCH_LARGE_CARDS=500000 BENCH_BACKLOGS="5000 50000" BENCH_ADMIN_CARDS=100000 BENCH_ADMIN_BACKLOG=20000 \
-#     BENCH_PEER_CARDS=300000 BENCH_PEER_BACKLOG=60000
+#     BENCH_PEER_CARDS=300000 BENCH_PEER_BACKLOG=60000 BENCH_REPORT=/tmp/bench/benchmarks.md
 BENCH_SMALL_CARDS ?= 100000
 BENCH_LARGE_CARDS ?= 10000000
 BENCH_BACKLOGS ?= 20000 200000
@@ -34,6 +36,9 @@ BENCH_PEER_ROUNDS ?= 5
 BENCH_ADMIN_CARDS ?= 1000000
 BENCH_ADMIN_BACKLOG ?= 200000
 BENCH_TRACING_ROUNDS ?= 4
+BENCH_BASE_REF ?= 5166042
+BENCH_BASE_PAIRS ?= 6
+BENCH_REPORT ?= docs/benchmarks.md
 # `make bench-tracing` alone: a catalog of its own, large enough for runs of a few seconds.
 BENCH_TRACING_CARDS ?= 1000000
 BENCH_TRACING_BACKLOG ?= 150000
@@ -57,7 +62,7 @@ migrate: $(VENV)/.installed
 	DATABASE_URL="$(DB_URL)" $(PY) manage.py migrate --noinput
 
 demo: $(VENV)/.installed
-	@mkdir -p .demo && export DATABASE_URL="$(DB_URL)" $(DEMO_ENV) && \
+	@export DATABASE_URL="$(DB_URL)" $(DEMO_ENV) && \
 	$(PY) manage.py migrate --noinput -v 0 && \
 	$(PY) manage.py seed_demo_data --reset --projects $(DEMO_PROJECTS) --objects-per-project $(DEMO_OBJECTS_PER_PROJECT) && \
 	$(PY) manage.py purge_delisted --dry-run && \
@@ -105,7 +110,8 @@ bench: $(VENV)/.bench-installed
 		--repeats $(BENCH_REPEATS) --pauses-ms $(BENCH_PAUSES_MS) --pause-factors $(BENCH_PAUSE_FACTORS) \
 		--live-rounds $(BENCH_LIVE_ROUNDS) --peer-cards $(BENCH_PEER_CARDS) --peer-backlog $(BENCH_PEER_BACKLOG) \
 		--peer-rounds $(BENCH_PEER_ROUNDS) --admin-cards $(BENCH_ADMIN_CARDS) --admin-backlog $(BENCH_ADMIN_BACKLOG) \
-		--tracing-rounds $(BENCH_TRACING_ROUNDS)
+		--tracing-rounds $(BENCH_TRACING_ROUNDS) --base-ref $(BENCH_BASE_REF) --base-pairs $(BENCH_BASE_PAIRS) \
+		--output "$(BENCH_REPORT)"
 
 # Section 8 of `make bench` alone, on a catalog of its own: tracing on (exporting) against off. Prints the figures.
 bench-tracing: $(VENV)/.bench-installed

@@ -3,8 +3,11 @@ report. `measure` runs them all and returns the `Results` the report is written 
 
 Under live traffic two background workers load the copy while a purge runs: `traffic` (reads and upserts of
 Published cards) and `restore` (source upserts restoring the overdue card a purge takes next).
+
+The job of a base commit (`base_checkout`) runs beside this checkout's, by its own `bench/workers.py`, in pairs.
 """
 
+import io
 import json
 import logging
 import math
@@ -13,13 +16,18 @@ import signal
 import statistics
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from bench.databases import (
     PROJECT_ROOT, WORKER_TIMEOUT_SECONDS, create_database, database_url, drop_partial_indexes, prepare_templates,
 )
+from bench.workers import NO_METRICS
 
 logger = logging.getLogger(__name__)
 
@@ -60,12 +68,41 @@ def worker_command(worker: str, url: str, *options: str) -> list[str]:
     return [sys.executable, "-m", "bench.workers", worker, "--database-url", url, *options]
 
 
-def run_worker(worker: str, url: str, *options: str, env: dict[str, str] | None = None) -> dict:
+def run_worker(
+    worker: str, url: str, *options: str, env: dict[str, str] | None = None, root: Path = PROJECT_ROOT,
+) -> dict:
+    """A worker of the checkout at `root` (this one, or the base's), with this interpreter and its packages. A worker
+    that fails ends the bench with the end of its stderr (its traceback)."""
     completed = subprocess.run(
-        worker_command(worker, url, *options), cwd=PROJECT_ROOT, capture_output=True, text=True, check=True,
+        worker_command(worker, url, *options), cwd=root, capture_output=True, text=True,
         timeout=WORKER_TIMEOUT_SECONDS, env=os.environ | (env or {}),
     )
+    if completed.returncode:
+        raise RuntimeError(f"the {worker} worker in {root} exited {completed.returncode}: {completed.stderr[-3000:]}")
     return json.loads(completed.stdout)
+
+
+@dataclass(frozen=True)
+class BaseCode:
+    """The files of the base commit, whose job this checkout's is compared with."""
+
+    commit: str  # abbreviated
+    root: Path
+
+
+@contextmanager
+def base_checkout(ref: str) -> Iterator[BaseCode]:
+    """The files of commit `ref` (`git archive`) in a temporary directory, removed afterwards: its workers run from
+    there, so its own bench/workers.py times its own job."""
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short=7", f"{ref}^{{commit}}"], cwd=PROJECT_ROOT, capture_output=True, text=True,
+        check=True,
+    ).stdout.strip()
+    archive = subprocess.run(["git", "archive", commit], cwd=PROJECT_ROOT, capture_output=True, check=True).stdout
+    with tempfile.TemporaryDirectory(prefix=f"bench-base-{commit}-") as directory:
+        with tarfile.open(fileobj=io.BytesIO(archive)) as files:
+            files.extractall(directory, filter="data")
+        yield BaseCode(commit=commit, root=Path(directory))
 
 
 @dataclass(frozen=True)
@@ -76,6 +113,7 @@ class Purge:
     worker: tuple[str, ...]
     env: dict[str, str] = field(default_factory=dict)
     adaptive: bool = False  # the job with a pause factor
+    root: Path = PROJECT_ROOT  # the checkout whose worker runs: this one, or the base's
 
 
 @dataclass(frozen=True)
@@ -126,6 +164,28 @@ def percentile(values: list[float], fraction: float) -> float:
 class Throughput:
     jobs: list[Run]
     floors: list[Run]
+
+
+@dataclass(frozen=True)
+class Pairs:
+    """This checkout's job and the base commit's, in pairs on fresh copies of one template."""
+
+    commit: str  # the base commit
+    this: list[Run]
+    base: list[Run]
+
+
+def measure_pairs(base_url: str, template: str, copy: str, *, base: BaseCode, batch_size: int, pairs: int) -> Pairs:
+    """`pairs` pairs, each run on a fresh copy: this job then the base's, then the other way round (ABBA), so that
+    neither always runs first."""
+    this_runs, base_runs = [], []
+    order = [(this_runs, "this code", PROJECT_ROOT), (base_runs, f"base {base.commit}", base.root)]
+    for _ in range(pairs):
+        for runs, label, root in order:
+            url = create_database(base_url, copy, template=template)
+            runs.append(run_from_outcome(run_worker("job", url, "--batch-size", str(batch_size), root=root), label))
+        order.reverse()
+    return Pairs(commit=base.commit, this=this_runs, base=base_runs)
 
 
 def measure_throughput(base_url: str, template: str, copy: str, *, batch_size: int, repeats: int) -> Throughput:
@@ -222,11 +282,12 @@ def measure_live_traffic(
     base_url: str, template: str, copy: str, *, purges: list[Purge], load: Load, rounds: int
 ) -> list[LiveTraffic]:
     """The background load, first alone, then while a purge empties the backlog, each on a fresh copy; `rounds`
-    rounds of every purge, interleaved (each round runs every purge once, in turn), so a drift of the host's other
-    load over the minutes of the measurement falls on every purge alike."""
+    rounds of every purge, interleaved (each round runs every purge once, in turn, every other round in the reverse
+    order), so a drift of the host's other load over the minutes of the measurement falls on every purge alike."""
     played = [[] for _ in purges]
     for round_number in range(1, rounds + 1):
-        for purge, purge_rounds in zip(purges, played):
+        turns = list(zip(purges, played))
+        for purge, purge_rounds in turns if round_number % 2 else reversed(turns):
             logger.info("round %d of %d: %s", round_number, rounds, purge.label)
             purge_rounds.append(traffic_round(base_url, template, copy, purge=purge, load=load))
     return [
@@ -251,7 +312,7 @@ def traffic_round(base_url: str, template: str, copy: str, *, purge: Purge, load
         # The purge process's own start-up (imports) already competes for the CPU: idle ends at its launch.
         idle_until = time.monotonic()
         worker, *options = purge.worker
-        outcome = run_worker(worker, url, *options, env=purge.env)
+        outcome = run_worker(worker, url, *options, env=purge.env, root=purge.root)
     finally:
         outputs = [stop_background(process) for process in background]
     idle, during = {kind: [] for kind in KINDS}, {kind: [] for kind in KINDS}
@@ -281,10 +342,12 @@ def stop_background(process: subprocess.Popen) -> str:
     return stdout
 
 
-def peer_purges(batch_size: tuple[str, str]) -> dict[str, Purge]:
-    """The purges of section 6 by worker: the job and the floor beside the peers (bench/peers.py)."""
+def peer_purges(batch_size: tuple[str, str], base: BaseCode) -> dict[str, Purge]:
+    """The purges of section 6 by worker: the job, the base commit's job next to it (`base`), and the floor beside the
+    peers (bench/peers.py)."""
     return {
         "job": Purge("this job", ("job", *batch_size)),
+        "base": Purge(f"the job at {base.commit} (base)", ("job", *batch_size), root=base.root),
         "floor": Purge("raw-SQL floor", ("floor", *batch_size)),
         "naive": Purge("naive Django batches", ("naive", *batch_size)),
         "oneshot": Purge("one-shot queryset.delete()", ("oneshot",)),
@@ -308,7 +371,8 @@ def peak_rss_of_command(url: str, *, batch_size: int, max_batches: int) -> tuple
         process = subprocess.Popen(
             [sys.executable, "manage.py", "purge_delisted", "--json", "--batch-size", str(batch_size),
              "--max-batches", str(max_batches)],
-            cwd=PROJECT_ROOT, env=os.environ | {"DATABASE_URL": url}, stdout=stdout, stderr=subprocess.DEVNULL,
+            cwd=PROJECT_ROOT, env=os.environ | NO_METRICS | {"DATABASE_URL": url}, stdout=stdout,
+            stderr=subprocess.DEVNULL,
         )
         # wait4 reports this child alone; RUSAGE_CHILDREN would report the largest child so far.
         _, status, usage = os.wait4(process.pid, 0)
@@ -339,14 +403,15 @@ class Results:
     scaling: dict[tuple[str, bool], list[Run]]  # (template, with the partial indexes) -> runs
     live: list[LiveTraffic]  # the job at each pause and pause factor (the first factor is the target's), the floor
     unmeasured: list[tuple[str, str]]  # (live-traffic purge, why it was not measured)
-    peers: dict[str, LiveTraffic]  # by worker (peer_purges): the job, the floor, the other shapes of the purge
+    peers: dict[str, LiveTraffic]  # by worker (peer_purges): the job, the base's, the floor, the other shapes
+    pairs: Pairs  # this job and the base's on the backlog_large template
     one_shot_study: list[Run]  # ONE_SHOT_STUDY's runs, in its order
     rss: list[tuple[int, int, int]]  # (max batches, peak RSS in KiB, cards deleted), the shorter run first
     admin_pages: list[AdminPage]  # the admin index first
     tracing: TracingCost  # on the backlog_large template
 
 
-def measure(base_url: str, names: dict[str, str], args) -> Results:
+def measure(base_url: str, names: dict[str, str], args, base: BaseCode) -> Results:
     sizes, backlogs = prepare_templates(base_url, names, args)
     batch_size = ("--batch-size", str(args.batch_size))
     throughput = {}
@@ -355,6 +420,10 @@ def measure(base_url: str, names: dict[str, str], args) -> Results:
         throughput[template] = measure_throughput(
             base_url, names[template], names["run"], batch_size=args.batch_size, repeats=args.repeats
         )
+    logger.info("1. this job vs the job at %s, in pairs", base.commit)
+    pairs = measure_pairs(
+        base_url, names["backlog_large"], names["run"], base=base, batch_size=args.batch_size, pairs=args.base_pairs
+    )
     logger.info("2. scaling: small vs large table, with and without the partial indexes")
     scaling = measure_scaling(
         base_url, names, names["run"], batch_size=args.batch_size, repeats=args.repeats,
@@ -387,7 +456,7 @@ def measure(base_url: str, names: dict[str, str], args) -> Results:
         base_url, names["backlog_large"], names["run"], purges=live_purges, load=load, rounds=args.live_rounds
     )
     logger.info("6. peers under live traffic")
-    purges = peer_purges(batch_size)
+    purges = peer_purges(batch_size, base)
     peers = dict(zip(purges, measure_live_traffic(
         base_url, names["peers"], names["run"], purges=list(purges.values()), load=load, rounds=args.peer_rounds
     )))
@@ -417,5 +486,5 @@ def measure(base_url: str, names: dict[str, str], args) -> Results:
     logger.info("done")
     return Results(
         sizes=sizes, backlogs=backlogs, throughput=throughput, scaling=scaling, live=live, unmeasured=unmeasured,
-        peers=peers, one_shot_study=one_shot_study, rss=rss, admin_pages=admin_pages, tracing=tracing,
+        peers=peers, pairs=pairs, one_shot_study=one_shot_study, rss=rss, admin_pages=admin_pages, tracing=tracing,
     )

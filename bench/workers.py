@@ -17,6 +17,7 @@ import resource
 import signal
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import timedelta
@@ -31,6 +32,8 @@ UNLIMITED_BATCHES = 1_000_000
 UNLIMITED_DURATION = timedelta(hours=1)
 TRAFFIC_SAMPLE_IDS = 2000
 TRAFFIC_MAX_SECONDS = 300
+# A run's metrics are not what the bench measures, and in development they would overwrite the checkout's demo run.
+NO_METRICS = {"DELISTED_RETENTION_METRICS_TEXTFILE": ""}
 
 # {cards_of_batch} picks the cards to delete from the locked batch: FLOOR_DELETE_BY. A LIMIT of NULL is no limit.
 FLOOR_PROPERTY_OBJECTS = """
@@ -68,6 +71,7 @@ FLOOR_PROJECTS = """
 def setup_django(database_url: str) -> None:
     os.environ["DATABASE_URL"] = database_url
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+    os.environ.update(NO_METRICS)
     from config.tracing import JOB_SERVICE_NAME, configure_tracing
 
     django.setup()
@@ -78,12 +82,15 @@ def setup_django(database_url: str) -> None:
 def timed_job(*, database_url: str, batch_size: int, batch_pause_ms: int, max_batches: int) -> dict:
     """purge_delisted_cards in this process, timing every transaction of the run (the counts, the orphan sweep, the
     batches) from entering it to leaving it: a batch is a writing transaction, and `longest_transaction` bounds every
-    row lock the run held. The pause factor, if any, comes from DELISTED_RETENTION_BATCH_PAUSE_FACTOR."""
+    row lock the run held. The pause factor, if any, comes from DELISTED_RETENTION_BATCH_PAUSE_FACTOR. The run is
+    inside the root span the command opens, so that a traced run (section 8) exports what the command's does."""
     setup_django(database_url)
     # Need the app registry that setup_django filled.
     from retention.limits import PurgeLimits
-    from retention.service import purge_delisted_cards
+    from retention.results import Outcome
+    from retention.service import job_database, purge_delisted_cards
     from retention.session import JobSession
+    from retention.spans import result_attributes, run_attributes, run_span
 
     batch_seconds: list[float] = []
     transaction_seconds: list[float] = []
@@ -105,9 +112,15 @@ def timed_job(*, database_url: str, batch_size: int, batch_pause_ms: int, max_ba
         retention=RETENTION, batch_size=batch_size, max_batches=max_batches, max_duration=UNLIMITED_DURATION,
         batch_pause=timedelta(milliseconds=batch_pause_ms),
     )
+    run_id = uuid.uuid4()
     started, cpu_started = time.monotonic(), cpu_seconds()
-    result = purge_delisted_cards(limits)
+    with run_span(run_id) as span:
+        span.set_attributes(run_attributes(database=job_database(None), limits=limits, dry_run=False))
+        result = purge_delisted_cards(limits, run_id=run_id)
+        span.set_attributes(result_attributes(result))
     finished = time.monotonic()
+    if result.outcome == Outcome.FAILED:  # a failed run's figures are not the job's
+        raise RuntimeError(f"the run failed: {result.error}")
     return {
         "started": started,
         "finished": finished,
