@@ -116,7 +116,7 @@ class LastRunReport:
             lines += [f"  could not read {problem}" for problem in self.sink_problems]
         else:
             lines = [
-                f"last run: {run.outcome}, ended {when(run.ended_at)} after {run.duration_seconds:.1f} s",
+                f"last run: {run.outcome}, ended {when(run.ended_at)} after {run.duration_seconds:.3f} s",
                 f"  deleted {run.deleted_property_object_cards:,} property objects, {run.deleted_project_cards:,} "
                 f"projects and {run.deleted_overrides:,} display overrides in {run.batches:,} batches",
                 *([f"  overdue after it: {run.overdue_left[0]:,} property objects, {run.overdue_left[1]:,} projects"]

@@ -60,7 +60,7 @@ def test_last_run_text_says_its_outcome_when_it_ended_and_how_long_it_took(textf
     text = purge_delisted("--last-run")
 
     lines = text.splitlines()
-    assert re.fullmatch(r"last run: completed, ended \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC after \d+\.\d s", lines[0])
+    assert re.fullmatch(r"last run: completed, ended \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC after \d+\.\d{3} s", lines[0])
     assert "deleted 2 property objects, 0 projects and 0 display overrides in 1 batches" in lines[1]
     assert "property objects: 0 overdue of 0 Delisted" in text
     assert read_last_run()[0].source in text  # the page's own reading names the same sink
