@@ -14,14 +14,18 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import TypeVar
 
 import psycopg
 from django.db import connection
+from django.utils import timezone
 
+from catalog.models import PropertyObjectCard
 from retention.locks import advisory_lock_key
 from retention.management.commands.purge_delisted import ERROR_PREFIX
 from retention.service import LOCK_NAME
+from tests.factories import PropertyObjectCardFactory, PropertyObjectDisplayOverrideFactory
 from tests.support import PROJECT_ROOT, advisory_lock_holders, manage_command, manage_env
 
 JOB_APPLICATION_NAME = "purge_delisted %"  # a LIKE pattern
@@ -58,6 +62,28 @@ def run_purge(*options: str, **environment: str) -> subprocess.CompletedProcess:
         manage_command("purge_delisted", *options), cwd=PROJECT_ROOT, env=job_environment(**environment),
         capture_output=True, text=True, timeout=WAIT_SECONDS,
     )
+
+
+def overdue_cards(count: int, *, held: int | None = None, poison: int | None = None, overrides: int = 1) -> list:
+    """Overdue property objects with `overrides` display overrides each, oldest first (two a batch at
+    `--batch-size 2`); the one at position `held` held by held_batch(), the one at `poison` titled 'poison'."""
+    long_ago = timezone.now() - timedelta(days=60)
+    cards = [
+        PropertyObjectCardFactory(long_delisted=True, updated_at=long_ago + timedelta(minutes=age),
+                                  title={held: HELD_TITLE, poison: "poison"}.get(age, f"flat {age}"))
+        for age in range(count)
+    ]
+    for card in cards:
+        PropertyObjectDisplayOverrideFactory.create_batch(overrides, property_object_id=card.id)
+    return cards
+
+
+def assert_the_next_run_completes() -> None:
+    """The next run deletes every card left: the run under test left nothing in its way."""
+    next_run = run_purge("--json")
+    assert next_run.returncode == 0, next_run.stderr
+    assert json.loads(next_run.stdout)["outcome"] == "completed"
+    assert not PropertyObjectCard.objects.exists()
 
 
 def start_purge(*options: str, **environment: str) -> subprocess.Popen:

@@ -9,20 +9,18 @@ wait for a dead peer (the run ends as above); a second ends the process at once.
 The job runs with DELISTED_RETENTION_DEAD_PEER_TIMEOUT_SECONDS=3, so that both ends' keepalives and user timeouts
 give up within seconds here (30 s by default: docs/operations.md)."""
 
-import json
 import signal
 import subprocess
 import time
-from datetime import datetime, timedelta
+from datetime import datetime
 
 import pytest
 from django.utils import timezone
 
 from catalog.models import PropertyObjectCard
-from tests.factories import PropertyObjectCardFactory, PropertyObjectDisplayOverrideFactory
 from tests.reliability.support import (
-    EXIT_SECONDS, HELD_TITLE, WAIT_SECONDS, CatalogState, ended_by_a_second_signal, finished, held_batch,
-    job_backend_pids, job_lock_holders, one_error_line, run_purge, start_purge, wait_for,
+    EXIT_SECONDS, WAIT_SECONDS, CatalogState, assert_the_next_run_completes, ended_by_a_second_signal, finished,
+    held_batch, job_backend_pids, job_lock_holders, one_error_line, overdue_cards, start_purge, wait_for,
 )
 from tests.support import deletes_refused
 
@@ -72,29 +70,8 @@ def orphan_gone() -> None:
     wait_for(lambda: not job_backend_pids() and not job_lock_holders(), what="the orphan to go")
 
 
-def overdue(count: int, *, held: int | None = None, poison: int | None = None) -> list:
-    """Overdue property objects with an override each, oldest first; the one at `held` held by held_batch(), the one
-    at `poison` titled 'poison'."""
-    long_ago = timezone.now() - timedelta(days=60)
-    cards = [
-        PropertyObjectCardFactory(long_delisted=True, updated_at=long_ago + timedelta(minutes=age),
-                                  title={held: HELD_TITLE, poison: "poison"}.get(age, f"flat {age}"))
-        for age in range(count)
-    ]
-    for card in cards:
-        PropertyObjectDisplayOverrideFactory(property_object_id=card.id)
-    return cards
-
-
-def assert_the_next_run_completes() -> None:
-    next_run = run_purge("--json")
-    assert next_run.returncode == 0, next_run.stderr
-    assert json.loads(next_run.stdout)["outcome"] == "completed"
-    assert not PropertyObjectCard.objects.exists()
-
-
 def test_a_partition_during_a_batch(freezing_proxy):
-    cards = overdue(6, held=2)
+    cards = overdue_cards(6, held=2)
     before = CatalogState.read()
     with held_batch() as fault:
         job = purge_through(freezing_proxy, "--batch-size", "2")
@@ -112,7 +89,7 @@ def test_a_partition_during_a_batch(freezing_proxy):
 
 
 def test_a_partition_during_the_pause_between_batches(freezing_proxy):
-    overdue(30)
+    overdue_cards(30)
     before = CatalogState.read()
     job = purge_through(freezing_proxy, "--batch-size", "10", "--batch-pause-ms", "1500")
     wait_for(lambda: PropertyObjectCard.objects.count() == 20, what="the first batch")
@@ -126,7 +103,7 @@ def test_a_partition_during_the_pause_between_batches(freezing_proxy):
 
 
 def test_a_partition_at_a_commit_names_the_batch_whose_commit_is_unknown(freezing_proxy):
-    overdue(30)
+    overdue_cards(30)
     before = CatalogState.read()
     freezing_proxy.freeze_before(b"COMMIT", after=BATCH_OF_OBJECTS)  # the first batch's COMMIT never arrives
     job = purge_through(freezing_proxy, "--batch-size", "10")
@@ -142,7 +119,7 @@ def test_a_partition_at_a_commit_names_the_batch_whose_commit_is_unknown(freezin
 
 
 def test_a_partition_at_the_commit_of_a_culprit_isolation_names_its_batch_as_a_plain_one(freezing_proxy):
-    overdue(10, poison=4)
+    overdue_cards(10, poison=4)
     before = CatalogState.read()
     # The batch is refused and redone in parts, each under a savepoint, in one transaction: its COMMIT never arrives.
     freezing_proxy.freeze_before(b"COMMIT", after=b"SAVEPOINT")
@@ -159,7 +136,7 @@ def test_a_partition_at_the_commit_of_a_culprit_isolation_names_its_batch_as_a_p
 
 
 def test_a_partition_during_the_end_count_leaves_has_more_unknown(freezing_proxy):
-    overdue(30)
+    overdue_cards(30)
     freezing_proxy.freeze_before(b"WITH TIES", after=BATCH_OF_OBJECTS)  # the end count's first chunk
     job = purge_through(freezing_proxy, "--batch-size", "10", "--max-batches", "1")
     result = failed_on_the_lost_connection(job, freezing_proxy)  # has_more unknown: never "nothing left"
@@ -170,7 +147,7 @@ def test_a_partition_during_the_end_count_leaves_has_more_unknown(freezing_proxy
 
 
 def test_a_partition_before_connecting_is_one_line_within_the_url_s_connect_timeout(freezing_proxy):
-    overdue(3)
+    overdue_cards(3)
     freezing_proxy.freeze()
     started = time.monotonic()
     job = start_purge(DATABASE_URL=freezing_proxy.url("connect_timeout=2"))  # the URL's own timeout wins
@@ -185,7 +162,7 @@ def test_a_partition_before_connecting_is_one_line_within_the_url_s_connect_time
 
 
 def test_a_first_sigterm_during_a_partition_leaves_the_run_to_fail_on_its_dead_peer(freezing_proxy):
-    overdue(30)
+    overdue_cards(30)
     before = CatalogState.read()
     # A pause of its own, longer than the bound: the signal ends it, and the end count meets the partition.
     job = purge_through(freezing_proxy, "--batch-size", "10", "--batch-pause-ms", "20000")
@@ -202,7 +179,7 @@ def test_a_first_sigterm_during_a_partition_leaves_the_run_to_fail_on_its_dead_p
 
 
 def test_a_second_sigterm_during_a_partition_ends_the_process_at_once(freezing_proxy):
-    cards = overdue(6, held=2)
+    cards = overdue_cards(6, held=2)
     before = CatalogState.read()
     with held_batch() as fault:
         job = purge_through(freezing_proxy, "--batch-size", "2")

@@ -3,19 +3,16 @@ within EXIT_SECONDS at the default batch size, its batches whole; in the pause b
 batch in flight runs to its end, commits whole, and no other starts. The run ends `stopped` (exit 0) with `has_more`,
 and the next run completes. Seen from outside: the process, its `--json` result and the catalog."""
 
-import json
 import signal
 import time
-from datetime import timedelta
 
 import pytest
-from django.utils import timezone
 
 from catalog.models import PropertyObjectCard
-from tests.factories import PropertyObjectCardFactory, PropertyObjectDisplayOverrideFactory
+from tests.factories import PropertyObjectCardFactory
 from tests.reliability.support import (
-    HELD_TITLE, CatalogState, held_batch, insert_overdue_objects, query, run_purge, start_purge, stopped_within_bound,
-    wait_for,
+    CatalogState, assert_the_next_run_completes, held_batch, insert_overdue_objects, overdue_cards, query, start_purge,
+    stopped_within_bound, wait_for,
 )
 from tests.support import database_url_of_tests
 
@@ -23,13 +20,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 DEFAULT_BATCH_SIZE = 2000
 OVERDUE = 15 * DEFAULT_BATCH_SIZE  # about half a second of batches here: the run is still deleting at the signal
-
-
-def assert_the_next_run_completes() -> None:
-    next_run = run_purge("--json")
-    assert next_run.returncode == 0, next_run.stderr
-    assert json.loads(next_run.stdout)["outcome"] == "completed"
-    assert not PropertyObjectCard.objects.exists()
 
 
 def test_sigterm_with_nothing_stuck_exits_within_a_second_at_the_default_batch_size_its_batches_whole():
@@ -60,14 +50,7 @@ def test_sigterm_during_a_long_batch_pause_ends_the_run_at_once():
 
 
 def test_sigterm_during_a_batch_does_not_cancel_it_the_batch_commits_whole_and_no_other_starts():
-    long_ago = timezone.now() - timedelta(days=60)
-    cards = [  # oldest first, two a batch: batch 0 (held) takes cards 0 and 1
-        PropertyObjectCardFactory(long_delisted=True, updated_at=long_ago + timedelta(minutes=age),
-                                  title=HELD_TITLE if age == 0 else f"flat {age}")
-        for age in range(6)
-    ]
-    for card in cards:
-        PropertyObjectDisplayOverrideFactory.create_batch(2, property_object_id=card.id)
+    cards = overdue_cards(6, held=0, overrides=2)  # two a batch: batch 0 (held) takes cards 0 and 1
     before = CatalogState.read()
 
     with held_batch() as fault:

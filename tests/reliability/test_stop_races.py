@@ -8,12 +8,11 @@ from datetime import timedelta
 
 import pytest
 from django.db import connections
-from django.utils import timezone
 
 from catalog.models import PropertyObjectCard
 from retention.session import STOP_POLL, StopRequest, StopRun
-from tests.factories import PropertyObjectCardFactory, PropertyObjectDisplayOverrideFactory
-from tests.reliability.support import HELD_TITLE, WAIT_SECONDS, CatalogState, held_batch, query, wait_for
+from tests.factories import PropertyObjectCardFactory
+from tests.reliability.support import WAIT_SECONDS, CatalogState, held_batch, overdue_cards, query, wait_for
 from tests.support import Progress, job_session, purge
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -50,11 +49,7 @@ def test_a_stop_between_the_check_and_the_batch_lets_that_batch_run_whole_and_st
 
 
 def test_a_stop_while_a_batch_is_in_flight_lets_it_commit_whole_and_starts_no_other():
-    long_ago = timezone.now() - timedelta(days=60)
-    cards = [PropertyObjectCardFactory(long_delisted=True, updated_at=long_ago + timedelta(minutes=age),
-                                       title=HELD_TITLE if age == 0 else f"flat {age}") for age in range(4)]
-    for card in cards:
-        PropertyObjectDisplayOverrideFactory(property_object_id=card.id)
+    cards = overdue_cards(4, held=0)
     before, stop = CatalogState.read(), StopRequest()
 
     def stop_the_held_batch_then_let_it_go():

@@ -11,15 +11,12 @@ import socket
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import timedelta
 
 import psycopg
 import pytest
-from django.utils import timezone
 
-from tests.factories import PropertyObjectCardFactory, PropertyObjectDisplayOverrideFactory
 from tests.reliability.support import (
-    HELD_TITLE, WAIT_SECONDS, CatalogState, ended_by_a_second_signal, held_batch, job_backend_pids, query,
+    WAIT_SECONDS, CatalogState, ended_by_a_second_signal, held_batch, job_backend_pids, overdue_cards, query,
     seconds_until_the_lock_is_free, start_purge, wait_for,
 )
 from tests.support import database_url_of_tests
@@ -29,20 +26,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 # An operator's longer lock timeout, within its range: the signal, not the timeout, must end a wait.
 LONG_LOCK_TIMEOUT = {"DELISTED_RETENTION_LOCK_TIMEOUT_MS": "60000"}
 SIGNALS = pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
-
-
-def overdue_cards(count: int, *, held: int | None = None) -> list:
-    """Overdue property objects with two overrides each, oldest first; the one at position `held` held by
-    held_batch()."""
-    long_ago = timezone.now() - timedelta(days=60)
-    cards = [
-        PropertyObjectCardFactory(long_delisted=True, updated_at=long_ago + timedelta(minutes=age),
-                                  title=HELD_TITLE if age == held else f"flat {age}")
-        for age in range(count)
-    ]
-    for card in cards:
-        PropertyObjectDisplayOverrideFactory.create_batch(2, property_object_id=card.id)
-    return cards
 
 
 def assert_ended_at_once(job, signum: signal.Signals) -> None:
@@ -73,7 +56,7 @@ def waiting_on_a_lock() -> bool:
 
 @SIGNALS
 def test_a_second_signal_while_a_batch_is_held_ends_the_process_at_once_and_the_batch_rolls_back(signum):
-    cards = overdue_cards(6, held=2)
+    cards = overdue_cards(6, held=2, overrides=2)
     before = CatalogState.read()
     with held_batch() as fault:
         job = start_purge("--json", "--batch-size", "2")
@@ -86,7 +69,7 @@ def test_a_second_signal_while_a_batch_is_held_ends_the_process_at_once_and_the_
 
 @pytest.mark.parametrize("options", [(), ("--dry-run",)], ids=["start count", "dry-run preview"])
 def test_a_second_sigterm_ends_a_statement_waiting_behind_a_table_lock_at_once(options):
-    overdue_cards(2)
+    overdue_cards(2, overrides=2)
     before = CatalogState.read()
     with psycopg.connect(database_url_of_tests()) as migration:  # its transaction stays open in the block
         migration.execute("LOCK TABLE catalog.property_object_cards IN ACCESS EXCLUSIVE MODE")
@@ -97,7 +80,7 @@ def test_a_second_sigterm_ends_a_statement_waiting_behind_a_table_lock_at_once(o
 
 
 def test_a_second_sigterm_ends_a_metrics_export_to_a_pushgateway_that_never_answers_at_once():
-    overdue_cards(3)
+    overdue_cards(3, overrides=2)
     before = CatalogState.read()
     with silent_server() as gateway:
         job = start_purge("--json", PROMETHEUS_PUSHGATEWAY_URL=f"http://127.0.0.1:{gateway.getsockname()[1]}")
@@ -114,7 +97,7 @@ def test_a_second_sigterm_ends_a_connect_to_a_server_that_never_answers_at_once(
 
 
 def test_a_batch_that_outlasts_the_run_s_deadline_runs_to_its_end_and_the_run_ends_right_after_it():
-    cards = overdue_cards(6, held=0)
+    cards = overdue_cards(6, held=0, overrides=2)
     before = CatalogState.read()
     with held_batch() as fault:
         job = start_purge("--json", "--batch-size", "2", "--max-duration-seconds", "2")
