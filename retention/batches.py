@@ -70,10 +70,10 @@ def attempt_batch(session: JobSession, run: Run, phase: Phase, params: dict, *, 
         failed(trace.get_current_span(), error)
         # Redone, it has no last key: the next batch resumes as this one did, its culprits skipped.
         (selected, cards, overrides), last_key = isolate_culprits(session, run, phase, error, params), None
+    run.in_flight = None
     if not selected:  # the phase ran dry: not a batch the run counts
         return BatchOutcome(selected=0, deleted_cards=0, deleted_overrides=0, retries=retries)
     run.batches += 1
-    run.in_flight = None
     if phase.deleted_cards:
         run.counts[phase.deleted_cards] += cards
     run.counts[phase.deleted_overrides] += overrides

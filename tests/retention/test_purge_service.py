@@ -19,11 +19,15 @@ from catalog.models import (
 )
 from catalog.operations import CardNotFound, UpsertOutcome, add_property_object_override, upsert_property_object
 from config.logging import TextFormatter
+from retention.batches import delete_batch
 from retention.limits import PurgeLimitsError
-from retention.results import StopReason
+from retention.phases import PROPERTY_OBJECTS
+from retention.results import Run, StopReason
 from retention.service import purge_delisted_cards
 from retention.session import StopRequest
-from tests.support import Progress, database_url_of_tests, deletes_refused, held_in_another_transaction, purge
+from tests.support import (
+    Progress, database_url_of_tests, deletes_refused, held_in_another_transaction, job_session, purge,
+)
 from tests.factories import (
     BuildingDisplayOverrideFactory,
     DeveloperRankingRuleFactory,
@@ -561,3 +565,17 @@ def test_the_start_count_skips_the_held_back_probe_and_the_end_count_reports_it(
 
     assert progress.total == 2  # the project and its overdue object; who holds whom back is counted at the end
     assert result.projects_held_back == 1 and result.deleted_project_cards == 0
+
+
+def test_once_a_batch_s_transaction_has_ended_no_batch_is_in_flight_after_an_empty_one_too():
+    """Run.in_flight names the batch whose COMMIT a lost connection would leave unknown; one that ended, or a phase run
+    dry, must not be named in its stead."""
+    PropertyObjectCardFactory(long_delisted=True, updated_at=LONG_AGO)
+    session = job_session(batch_size=10)
+    run = Run(session.run_id, cutoff=CUTOFF)
+    with session:
+        outcomes = [delete_batch(session, run, PROPERTY_OBJECTS, PROPERTY_OBJECTS.first_key, None) for _ in range(2)]
+        assert run.in_flight is None
+
+    assert [outcome.selected for outcome in outcomes] == [1, 0]
+    assert not PropertyObjectCard.objects.exists()
