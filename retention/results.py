@@ -134,7 +134,7 @@ class Run:
         culprits (also when it was then stopped: cron must hear of them). A run that stopped on a limit or completed
         is judged by what it left (`has_more`): unknown is not "nothing left"."""
         culprits = len(self.culprits)
-        if error is None and culprits:
+        if error is None and (culprits or self.systemic_failure):
             error = self.systemic_failure or (f"{culprits} card(s) cannot be deleted and were left in place; the "
                                               f"first {min(culprits, CULPRITS_LISTED)} are logged with their id and "
                                               f"error")

@@ -5,6 +5,7 @@ most CULPRITS_LISTED of them."""
 
 import json
 import time
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -12,7 +13,7 @@ import psycopg
 import pytest
 from django.db import connection
 
-from retention.results import CULPRITS_LISTED, StopReason
+from retention.results import CULPRITS_LISTED, Run, StopReason
 from tests.support import database_url_of_tests, deletes_refused, purge, run_manage
 
 POISON = "OLD.title = 'poison'"
@@ -183,3 +184,13 @@ def test_an_internal_error_xx000_ends_the_run_instead_of_making_a_culprit():
 
     assert result.stop_reason == StopReason.FAILED and result.culprit_count == 0
     assert "cache lookup failed" in result.error and remaining() == 40
+
+
+def test_a_systemic_refusal_is_the_run_s_error_even_before_any_culprit_is_singled_out():
+    """At the largest batch (10,000 cards, 14 halvings deep) the search singles out a culprit before its 32nd part;
+    a deeper one would end the run on the systemic rule first, and its error must still say why."""
+    run = Run(uuid.uuid4(), systemic_failure="the first 32 parts of a refused batch were all refused; run stopped")
+
+    result = run.result(StopReason.FAILED)
+
+    assert (result.outcome, result.culprit_count, result.error) == ("failed", 0, run.systemic_failure)
