@@ -86,27 +86,25 @@ def pair_ratios(this: list[Run], base: list[Run]) -> list[float]:
     return [one.rows_per_second / other.rows_per_second for one, other in zip(this, base)]
 
 
+def median_of_pairs(ratios: list[float]) -> tuple[float, str]:
+    """The median of the pairs' ratios, and as measured: with their range and each, for how far the host moved a
+    pair."""
+    median, each = statistics.median(ratios), ", ".join(f"{ratio:.2f}" for ratio in ratios)
+    return median, f"**{median:.2f}** ({min(ratios):.2f}–{max(ratios):.2f}; pairs: {each})"
+
+
 def paired_target(name: str, this: list[Run], base: list[Run]) -> Target:
-    """This job against the base's in pairs run minutes apart at most: the median of the pairs' ratios, and their
-    range and each, for how far the host moved a pair."""
-    ratios = pair_ratios(this, base)
-    median = statistics.median(ratios)
-    return Target(
-        name,
-        f"**{median:.2f}** ({min(ratios):.2f}–{max(ratios):.2f}; pairs: {', '.join(f'{r:.2f}' for r in ratios)})",
-        f"≥ {TARGETS['base']}", median >= TARGETS["base"],
-    )
+    """This job against the base's in pairs run minutes apart at most."""
+    median, measured = median_of_pairs(pair_ratios(this, base))
+    return Target(name, measured, f"≥ {TARGETS['base']}", median >= TARGETS["base"])
 
 
 def paired_batch_target(name: str, this: list[Run], base: list[Run]) -> Target:
     """A batch's p50 in this job against the base's, pair by pair: how the job's batches fare at the large table
     against a code that met the scaling target, in the same minutes."""
     ratios = [batch_percentiles([one])[0] / batch_percentiles([other])[0] for one, other in zip(this, base)]
-    median = statistics.median(ratios)
-    return Target(
-        name, f"**{median:.2f}** ({min(ratios):.2f}–{max(ratios):.2f}; pairs: {', '.join(f'{r:.2f}' for r in ratios)})",
-        f"≤ {TARGETS['base_batch']}", median <= TARGETS["base_batch"],
-    )
+    median, measured = median_of_pairs(ratios)
+    return Target(name, measured, f"≤ {TARGETS['base_batch']}", median <= TARGETS["base_batch"])
 
 
 def pairs_table(pairs: Pairs) -> list[str]:
